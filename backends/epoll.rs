@@ -1,0 +1,291 @@
+//! The epoll backend (Linux, Android): `EPOLLONESHOT` on every arm.
+//!
+//! Every epoll call the crate makes is in this file (epoll_ctl(2), epoll_wait(2),
+//! eventfd(2)).
+//!
+//! - add: `EPOLL_CTL_ADD` with the interest, `EPOLLONESHOT` and (readable)
+//!   `EPOLLRDHUP`; `data.u64` = slot | generation << 32.
+//! - re-arm: `EPOLL_CTL_MOD`, the same flags and a new generation.
+//! - quiet: `EPOLL_CTL_MOD` to `EPOLLONESHOT` alone. The kernel always adds
+//!   `EPOLLERR | EPOLLHUP` to a registration; without oneshot a quieted socket whose
+//!   peer hangs up would be reported on every wait forever (checked on this
+//!   kernel: 10 of 10 waits). With oneshot it fires at most once, and its stale
+//!   generation drops it.
+//! - delete: `EPOLL_CTL_DEL`, only at deregistration.
+//! - EPERM (regular files, `/dev/null`) is `NotPollable`: the registration is
+//!   reported always ready and never added.
+//! - the waker is an eventfd registered level-triggered under the reserved slot
+//!   `u32::MAX`; a wait that was not notified costs no extra system call.
+
+use crate::backend::{timeout_ms, Backend, RawEvent, Sealed, Tag};
+use crate::error::classify;
+use crate::event::Readiness;
+use crate::state::KernelError;
+use crate::stats::{Count, Counters};
+use crate::token::{pack64, unpack64};
+use crate::Interest;
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use rustix::io::Errno;
+use std::io;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The `data.u64` of the waker's registration: a slot no table can reach.
+const WAKER: u64 = u64::MAX;
+
+/// Kernel events read per wait: a stack buffer, so a wait never allocates.
+const BATCH: usize = 256;
+
+/// The epoll backend. See the module docs for the commands it issues.
+#[derive(Debug)]
+pub struct Epoll {
+    epoll: OwnedFd,
+    waker: OwnedFd,
+    /// A notify is written to the eventfd and not yet drained: later notifies skip
+    /// the write (they coalesce).
+    notified: AtomicBool,
+    /// `epoll_pwait2` answered ENOSYS once (older kernel or a seccomp filter):
+    /// sub-millisecond timeouts round up to milliseconds from then on.
+    no_pwait2: AtomicBool,
+    counters: Counters,
+}
+
+impl Sealed for Epoll {}
+
+fn flags_for(interest: Interest) -> EventFlags {
+    let mut flags = EventFlags::ONESHOT;
+    if interest.is_readable() {
+        flags |= EventFlags::IN | EventFlags::RDHUP;
+    }
+    if interest.is_writable() {
+        flags |= EventFlags::OUT;
+    }
+    flags
+}
+
+/// Readiness from `epoll_event.events`. Hang-up and error are reported on both
+/// directions, so whichever side the caller tries finds out.
+fn readiness(flags: EventFlags) -> Readiness {
+    let mut r = Readiness::EMPTY;
+    if flags.intersects(EventFlags::IN | EventFlags::PRI) {
+        r.insert(Readiness::READABLE);
+    }
+    if flags.contains(EventFlags::OUT) {
+        r.insert(Readiness::WRITABLE);
+    }
+    if flags.contains(EventFlags::RDHUP) {
+        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
+    }
+    if flags.contains(EventFlags::HUP) {
+        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
+        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
+    }
+    if flags.contains(EventFlags::ERR) {
+        r.insert(Readiness::ERROR.union(Readiness::READABLE).union(Readiness::WRITABLE));
+    }
+    r
+}
+
+/// Borrows a registered descriptor number for one `epoll_ctl`.
+fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: the number is passed only to epoll_ctl(2), which validates it: a
+    // closed number answers EBADF and a reused one is handled as the state table
+    // says. No I/O is done through it and it is never closed here.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+impl Epoll {
+    fn create() -> io::Result<(OwnedFd, OwnedFd)> {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let waker = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
+        // Level-triggered and never oneshot: a pending notify is seen by every wait
+        // until it is drained.
+        epoll::add(&ep, &waker, EventData::new_u64(WAKER), EventFlags::IN)?;
+        Ok((ep, waker))
+    }
+
+    fn ctl(&self, count: Count, r: rustix::io::Result<()>) -> Result<(), KernelError> {
+        self.counters.one(count);
+        self.counters.one(Count::CtlCall);
+        r.map_err(|e| classify(e.into(), &[libc::EPERM]))
+    }
+
+    /// epoll_pwait2(2) with an exact timespec, for timeouts that are not whole
+    /// milliseconds. `None` means the kernel lacks it (ENOSYS, remembered).
+    #[cfg(target_os = "linux")]
+    fn wait_exact(&self, buf: &mut [MaybeUninit<epoll::Event>], t: Duration) -> Option<io::Result<usize>> {
+        if self.no_pwait2.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ts = libc::timespec {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: epoll_pwait2(2) writes at most `buf.len()` `struct epoll_event`s
+        // into `buf`, whose element type is layout-identical to the kernel's
+        // (rustix's `epoll::Event` is `repr(C)`, packed on x86_64 as the kernel's);
+        // `ts` outlives the call; a null sigmask leaves the signal mask alone.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                self.epoll.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len() as libc::c_int,
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        if n >= 0 {
+            return Some(Ok(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            self.no_pwait2.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Some(Err(e))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn wait_exact(&self, _: &mut [MaybeUninit<epoll::Event>], _: Duration) -> Option<io::Result<usize>> {
+        None
+    }
+
+    fn wait_into(&self, buf: &mut [MaybeUninit<epoll::Event>], timeout: Option<Duration>) -> io::Result<usize> {
+        if let Some(t) = timeout {
+            // Not a whole number of milliseconds, and short enough for a plain
+            // millisecond count: the exact wait avoids rounding up.
+            if t.subsec_nanos() % 1_000_000 != 0 && t < Duration::from_secs(i32::MAX as u64 / 1000) {
+                if let Some(r) = self.wait_exact(buf, t) {
+                    return r;
+                }
+            }
+        }
+        let ms = timeout_ms(timeout);
+        let ts;
+        let ts_ref = if ms < 0 {
+            None
+        } else {
+            ts = rustix::event::Timespec {
+                tv_sec: (ms / 1000) as _,
+                tv_nsec: ((ms % 1000) * 1_000_000) as _,
+            };
+            Some(&ts)
+        };
+        // rustix issues epoll_pwait with this whole-millisecond timeout.
+        match epoll::wait(&self.epoll, &mut *buf, ts_ref) {
+            Ok((ready, _)) => Ok(ready.len()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Backend for Epoll {
+    const NAME: &'static str = "epoll";
+    const TAG_IS_GENERATION: bool = true;
+    const SPLIT_FILTERS: bool = false;
+
+    fn new() -> io::Result<Epoll> {
+        let (epoll, waker) = Epoll::create()?;
+        Ok(Epoll {
+            epoll,
+            waker,
+            notified: AtomicBool::new(false),
+            no_pwait2: AtomicBool::new(false),
+            counters: Counters::default(),
+        })
+    }
+
+    fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        let data = EventData::new_u64(pack64(tag.slot, tag.generation));
+        let r = epoll::add(&self.epoll, fd_ref(fd), data, flags_for(interest));
+        self.ctl(Count::Add, r)
+    }
+
+    fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        let data = EventData::new_u64(pack64(tag.slot, tag.generation));
+        let r = epoll::modify(&self.epoll, fd_ref(fd), data, flags_for(interest));
+        self.ctl(Count::Modify, r)
+    }
+
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        let data = EventData::new_u64(pack64(tag.slot, tag.generation));
+        let r = epoll::modify(&self.epoll, fd_ref(fd), data, EventFlags::ONESHOT);
+        self.ctl(Count::Quiet, r)
+    }
+
+    fn delete(&self, fd: RawFd, _tag: Tag) -> Result<(), KernelError> {
+        let r = epoll::delete(&self.epoll, fd_ref(fd));
+        self.ctl(Count::Delete, r)
+    }
+
+    fn wait(&self, out: &mut Vec<RawEvent>, max: usize, timeout: Option<Duration>) -> io::Result<()> {
+        let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
+        let len = max.clamp(1, BATCH);
+        self.counters.one(Count::Wait);
+        let n = self.wait_into(&mut buf[..len], timeout)?;
+        for slot in &buf[..n] {
+            // SAFETY: the kernel initialised the first `n` entries.
+            let ev = unsafe { slot.assume_init_ref() };
+            let data = ev.data.u64();
+            if data == WAKER {
+                // Drain first, then clear the flag: a notify that lands in between
+                // sees the flag still set and skips its write, and this wait, which
+                // returns now, is the wake-up it asked for.
+                self.counters.one(Count::WakeRead);
+                let mut word = [0u8; 8];
+                let _ = rustix::io::read(&self.waker, &mut word);
+                self.notified.store(false, Ordering::Release);
+                continue;
+            }
+            let (slot, generation) = unpack64(data);
+            out.push(RawEvent {
+                slot,
+                stamp: generation,
+                readiness: readiness(ev.flags),
+            });
+        }
+        Ok(())
+    }
+
+    fn notify(&self) -> io::Result<()> {
+        if self.notified.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.counters.one(Count::Wake);
+        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+            // EAGAIN: the counter is at its maximum, the waker is readable anyway.
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => {
+                self.notified.store(false, Ordering::Release);
+                Err(e.into())
+            }
+        }
+    }
+
+    fn reinit_after_fork(&mut self) -> io::Result<()> {
+        // The inherited epoll instance is shared with the parent: never epoll_ctl it.
+        // Closing the child's copy (by dropping it) leaves the parent's alone.
+        let (epoll, waker) = Epoll::create()?;
+        self.epoll = epoll;
+        self.waker = waker;
+        *self.notified.get_mut() = false;
+        Ok(())
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}

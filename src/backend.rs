@@ -1,0 +1,151 @@
+//! The [`Backend`] trait: what a kernel interface must provide, and the contract of
+//! each method in terms of the state table in [`state`](crate::state).
+//!
+//! Backends: [`Epoll`](crate::backends::Epoll) (Linux, Android),
+//! [`Kqueue`](crate::backends::Kqueue) (the BSDs, Apple; on Linux with
+//! `--cfg pollshot_libkqueue`) and [`Blocking`](crate::backends::Blocking) (poll(2),
+//! every Unix). The trait is sealed: the set of backends is the crate's to keep.
+
+use crate::event::Readiness;
+use crate::state::KernelError;
+use crate::stats::Counters;
+use crate::Interest;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Who a kernel command is for: the slot, its incarnation and the arming generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    /// The registration's slot in the poller's table.
+    pub slot: u32,
+    /// The slot's incarnation (the high half of its [`Token`](crate::Token)).
+    pub incarnation: u32,
+    /// The generation this command installs (epoll writes it into `data.u64`).
+    pub generation: u32,
+}
+
+/// One kernel event, before the poller checks it against the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawEvent {
+    /// The slot the kernel tag names.
+    pub slot: u32,
+    /// The stamp the kernel tag carries: the generation when
+    /// [`Backend::TAG_IS_GENERATION`], else the incarnation.
+    pub stamp: u32,
+    /// What the kernel reported.
+    pub readiness: Readiness,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// A kernel interface the [`Poller`](crate::Poller) drives.
+///
+/// Every method may be called from several threads at once. The poller serialises
+/// the commands for one registration (it holds that registration's lock across the
+/// call), never across registrations, and never holds a lock across [`wait`](Self::wait).
+///
+/// Registration commands answer with a [`KernelError`] the state machine acts on:
+/// `NotFound` (ENOENT), `Exists` (EEXIST), `NotPollable` (the kernel cannot poll this
+/// descriptor: epoll EPERM, kqueue EINVAL), `BadFd` (EBADF), or `Other`.
+pub trait Backend: Sealed + Send + Sync + Sized + 'static {
+    /// A short name for reports: `"epoll"`, `"kqueue"`, `"blocking"`.
+    const NAME: &'static str;
+
+    /// Whether [`RawEvent::stamp`] is the arming generation (epoll: it rides in
+    /// `data.u64`). If not, it is the slot's incarnation (kqueue: `udata` is fixed at
+    /// `EV_ADD`), and an event is current exactly when the table says armed.
+    const TAG_IS_GENERATION: bool;
+
+    /// Whether one registration may come back as several kernel events from one
+    /// wait (kqueue: one knote per filter). The poller merges them into one event.
+    const SPLIT_FILTERS: bool;
+
+    /// A new kernel instance and waker, both close-on-exec.
+    ///
+    /// # Errors
+    /// The kernel's error from creating them (EMFILE, ENFILE, ENOMEM).
+    fn new() -> io::Result<Self>;
+
+    /// Row "fresh, arm(i)": put `fd` in the kernel armed once for `interest`.
+    fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError>;
+
+    /// Rows "idle, arm(i)" and "armed(i), arm(j)": re-arm `fd` once for `interest`
+    /// with a new generation. A descriptor the kernel lost answers `NotFound`.
+    fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError>;
+
+    /// Row "armed, disarm": keep `fd` in the kernel but report nothing (epoll: a MOD
+    /// with `EPOLLONESHOT` and no readiness bits, so that a hang-up fires at most once).
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
+
+    /// Row "in kernel, deregister": remove `fd`. ENOENT and EBADF are answered as
+    /// such; the state machine treats them as success.
+    fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
+
+    /// Called after the poller accepted a delivery for `fd` that completes an arming
+    /// for `interest` and reported `readiness`. A backend whose kernel disarmed only
+    /// part of the registration (kqueue: the filter that fired) quiets the rest here.
+    #[inline]
+    fn delivered(&self, fd: RawFd, tag: Tag, interest: Interest, readiness: Readiness) {
+        let _ = (fd, tag, interest, readiness);
+    }
+
+    /// Waits for kernel events and appends at most `max` of them to `out`.
+    ///
+    /// `None` blocks until an event or a [`notify`](Self::notify); `Some(ZERO)` never
+    /// blocks; any other timeout waits at least that long (rounded up to the kernel's
+    /// unit), and a huge one is clamped rather than refused. A wake-up by `notify`
+    /// drains the waker and appends nothing for it. EINTR is returned as
+    /// `ErrorKind::Interrupted`; the poller turns it into an early `Ok`.
+    fn wait(&self, out: &mut Vec<RawEvent>, max: usize, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Wakes one blocked [`wait`](Self::wait), or makes the next one return at once.
+    /// Notifies that come before a wait consumes them coalesce into one wake-up.
+    fn notify(&self) -> io::Result<()>;
+
+    /// In a forked child: replace the kernel instance and the waker with new ones
+    /// that the child owns, without touching the parent's (never close a descriptor
+    /// the child does not own). Registrations are re-added by the poller afterwards.
+    fn reinit_after_fork(&mut self) -> io::Result<()>;
+
+    /// In a forked child that drops the poller without re-initialising: release
+    /// what the child must not close (a kqueue is not inherited across fork).
+    fn abandon_after_fork(&mut self) {}
+
+    /// The counters this backend and its poller increment.
+    fn counters(&self) -> &Counters;
+}
+
+/// Converts a timeout to whole milliseconds for `epoll_wait(2)` or `poll(2)`:
+/// `None` is -1 (block), zero is 0, anything else is rounded *up* (never down to 0,
+/// which would spin) and clamped to `i32::MAX` (about 24.8 days).
+pub(crate) fn timeout_ms(timeout: Option<Duration>) -> i32 {
+    match timeout {
+        None => -1,
+        Some(t) if t.is_zero() => 0,
+        Some(t) => {
+            let ms = t.as_nanos().div_ceil(1_000_000);
+            i32::try_from(ms).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timeout_ms;
+    use std::time::Duration;
+
+    #[test]
+    fn millisecond_timeouts_round_up_and_clamp() {
+        assert_eq!(timeout_ms(None), -1);
+        assert_eq!(timeout_ms(Some(Duration::ZERO)), 0);
+        assert_eq!(timeout_ms(Some(Duration::from_nanos(1))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(999))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
+        assert_eq!(timeout_ms(Some(Duration::from_millis(7))), 7);
+        assert_eq!(timeout_ms(Some(Duration::MAX)), i32::MAX);
+    }
+}

@@ -1,0 +1,137 @@
+//! pollshot: a readiness poller that keeps every descriptor registered in the kernel
+//! for its whole life and pays one cheap *arm* per wait.
+//!
+//! The classic scheme adds a descriptor to epoll before each wait and deletes it
+//! after the wake: two `epoll_ctl` per wait cycle. pollshot registers once and arms
+//! with a oneshot flag: the kernel disarms the registration when it delivers the
+//! event, so the delete disappears and the next wait re-arms with one
+//! `EPOLL_CTL_MOD`. A disarm quiets a registration instead of deleting it.
+//!
+//! | backend | targets | arm | delivery disarms by | waker |
+//! |---|---|---|---|---|
+//! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
+//! | [`backends::Kqueue`] | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
+//! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//!
+//! All of them run one pure state machine, [`state`], so they behave the same. See
+//! [`Poller`] for the API and an example, and the crate README for the guarantees.
+//!
+//! # The 1:1 path
+//!
+//! Where the target has no oneshot multiplexer ([`MULTIPLEXES_ONESHOT`] is false), a
+//! runtime may prefer a thread per blocking operation over a shared poll(2) set:
+//! [`blocking::io_once`] tries the operation, waits with poll(2) only on
+//! `WouldBlock`, and retries.
+//!
+//! # Cargo features and cfgs
+//!
+//! - `stats`: system call counters, [`Poller::stats`].
+//! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
+//!   backend on any target (for testing it on Linux).
+//! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an
+//!   installed libkqueue (for testing it without a BSD kernel).
+
+#![deny(missing_docs, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+#![cfg(unix)]
+
+mod backend;
+pub mod blocking;
+mod error;
+mod event;
+mod fork;
+mod interest;
+mod pipe;
+mod poller;
+pub mod state;
+mod stats;
+mod token;
+
+pub use backend::{Backend, RawEvent, Tag};
+pub use event::{Event, Events, Readiness};
+pub use interest::Interest;
+pub use poller::Poller;
+pub use stats::{Count, Counters, Stats};
+pub use token::Token;
+
+// One file per kernel interface, under backends/ at the crate root.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[path = "../backends/epoll.rs"]
+mod epoll_backend;
+#[cfg(any(
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd",
+    target_os = "dragonfly",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "tvos",
+    target_os = "watchos",
+    target_os = "visionos",
+    all(target_os = "linux", pollshot_libkqueue)
+))]
+#[path = "../backends/kqueue.rs"]
+mod kqueue_backend;
+#[path = "../backends/blocking.rs"]
+mod blocking_backend;
+
+/// The kernel interfaces. Each one compiled for the target is nameable here, so one
+/// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
+pub mod backends {
+    pub use crate::blocking_backend::Blocking;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub use crate::epoll_backend::Epoll;
+    #[cfg(any(
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "tvos",
+        target_os = "watchos",
+        target_os = "visionos",
+        all(target_os = "linux", pollshot_libkqueue)
+    ))]
+    pub use crate::kqueue_backend::Kqueue;
+}
+
+// The one place the default backend is chosen.
+cfg_if::cfg_if! {
+    if #[cfg(pollshot_force_blocking)] {
+        /// The default backend for this build: forced to poll(2) by
+        /// `--cfg pollshot_force_blocking`.
+        pub type DefaultBackend = backends::Blocking;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism.
+        pub const MULTIPLEXES_ONESHOT: bool = false;
+    } else if #[cfg(any(target_os = "linux", target_os = "android"))] {
+        /// The default backend for this target: epoll with `EPOLLONESHOT`.
+        pub type DefaultBackend = backends::Epoll;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (`EPOLLONESHOT` here). When false, consider the 1:1 path, [`blocking`].
+        pub const MULTIPLEXES_ONESHOT: bool = true;
+    } else if #[cfg(any(
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "tvos",
+        target_os = "watchos",
+        target_os = "visionos",
+    ))] {
+        /// The default backend for this target: kqueue with `EV_DISPATCH`.
+        pub type DefaultBackend = backends::Kqueue;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (`EV_DISPATCH` here). When false, consider the 1:1 path, [`blocking`].
+        pub const MULTIPLEXES_ONESHOT: bool = true;
+    } else {
+        /// The default backend for this target: neither epoll nor kqueue exists, so
+        /// poll(2) with the oneshot contract kept in user space.
+        pub type DefaultBackend = backends::Blocking;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism:
+        /// not on this target. Consider the 1:1 path, [`blocking`].
+        pub const MULTIPLEXES_ONESHOT: bool = false;
+    }
+}

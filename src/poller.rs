@@ -1,0 +1,630 @@
+//! [`Poller`]: the facade that joins the table, the state machine and a backend.
+
+use crate::backend::{Backend, RawEvent, Tag};
+use crate::error;
+use crate::event::{Event, Events};
+use crate::fork;
+use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
+use crate::stats::Count;
+use crate::token::MAX_SLOTS;
+use crate::{Interest, Token};
+use slab::Slab;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+/// A readiness poller: descriptors stay registered in the kernel for their whole
+/// life, and each wait costs one *arm*.
+///
+/// ```text
+/// register(fd) -> token          once per descriptor: no system call yet
+/// loop {
+///     try the I/O; on EWOULDBLOCK:
+///     arm(token, interest)       epoll: 1 EPOLL_CTL_MOD (the first is an ADD)
+///     deliver(&mut events, ..)   one event per arming, to exactly one thread
+/// }
+/// deregister(token)              epoll: 1 EPOLL_CTL_DEL
+/// ```
+///
+/// `B` is the kernel interface; the default, [`DefaultBackend`](crate::DefaultBackend),
+/// is chosen for the target at compile time. Every backend compiled for the target
+/// can be named (`Poller<pollshot::backends::Blocking>`), so one process can compare
+/// them.
+///
+/// `Poller` is `Send + Sync`: share it with an `Arc`. Any thread may arm, disarm,
+/// register and deregister while others are blocked in [`deliver`](Self::deliver);
+/// several threads may deliver at once, and each event reaches exactly one of them.
+///
+/// # Examples
+///
+/// ```
+/// use pollshot::{Events, Interest, Poller};
+/// use std::io::{Read, Write};
+/// use std::os::unix::net::UnixStream;
+/// use std::time::Duration;
+///
+/// let poller = Poller::new()?;
+/// let (mut a, mut b) = UnixStream::pair()?;
+/// b.set_nonblocking(true)?;
+/// let token = poller.register(&b)?;
+///
+/// let mut buf = [0u8; 64];
+/// assert!(b.read(&mut buf).is_err()); // EWOULDBLOCK: now arm
+/// poller.arm(token, Interest::READABLE)?;
+/// a.write_all(b"ping")?;
+///
+/// let mut events = Events::with_capacity(64);
+/// poller.deliver(&mut events, Some(Duration::from_secs(5)))?;
+/// let event = events.iter().next().unwrap();
+/// assert_eq!(event.token(), token);
+/// assert!(event.is_readable());
+/// assert_eq!(b.read(&mut buf)?, 4);
+///
+/// poller.deregister(token)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Poller<B: Backend = crate::DefaultBackend> {
+    backend: B,
+    table: RwLock<Table>,
+    /// The highest generation any freed registration reached: new registrations
+    /// start above it, so events still queued for a freed slot are stale.
+    epoch: AtomicU32,
+    /// The next incarnation handed out (the high half of a token).
+    incarnations: AtomicU32,
+    /// Synthetic events for always-ready registrations: (slot, generation).
+    synthetic: Mutex<Vec<(u32, u32)>>,
+    synthetic_pending: AtomicBool,
+    /// `fork::count()` when the kernel instance was made.
+    forks: u64,
+}
+
+struct Table {
+    slab: Slab<Entry>,
+    /// Which live registration holds each descriptor number.
+    by_fd: HashMap<RawFd, usize>,
+}
+
+struct Entry {
+    fd: RawFd,
+    token: Token,
+    state: Mutex<RegState>,
+}
+
+/// The state machine's view of one descriptor, translated by the backend.
+struct FdKernel<'a, B> {
+    backend: &'a B,
+    fd: RawFd,
+    slot: u32,
+    incarnation: u32,
+}
+
+impl<B> FdKernel<'_, B> {
+    fn tag(&self, generation: u32) -> Tag {
+        Tag {
+            slot: self.slot,
+            incarnation: self.incarnation,
+            generation,
+        }
+    }
+}
+
+impl<B: Backend> Kernel for FdKernel<'_, B> {
+    fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
+        self.backend.add(self.fd, self.tag(generation), interest)
+    }
+    fn modify(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
+        self.backend.modify(self.fd, self.tag(generation), interest)
+    }
+    fn quiet(&mut self, generation: u32) -> Result<(), KernelError> {
+        self.backend.quiet(self.fd, self.tag(generation))
+    }
+    fn delete(&mut self) -> Result<(), KernelError> {
+        self.backend.delete(self.fd, self.tag(0))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another thread cannot leave a RegState half-written (every
+    // transition is a plain assignment after the kernel answered), so poisoning
+    // carries no information here.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Poller {
+    /// A poller on the target's default backend ([`DefaultBackend`](crate::DefaultBackend)).
+    ///
+    /// # Errors
+    /// The kernel's error from creating the instance or its waker (EMFILE, ENFILE,
+    /// ENOMEM): epoll_create1(2), eventfd(2), kqueue(2), pipe(2).
+    pub fn new() -> io::Result<Poller> {
+        Poller::with_backend()
+    }
+}
+
+impl<B: Backend> Poller<B> {
+    /// A poller on backend `B`, e.g. `Poller::<pollshot::backends::Blocking>::with_backend()`.
+    ///
+    /// # Errors
+    /// As [`Poller::new`].
+    pub fn with_backend() -> io::Result<Poller<B>> {
+        let forks = fork::install();
+        Ok(Poller {
+            backend: B::new()?,
+            table: RwLock::new(Table {
+                slab: Slab::new(),
+                by_fd: HashMap::new(),
+            }),
+            epoch: AtomicU32::new(0),
+            incarnations: AtomicU32::new(0),
+            synthetic: Mutex::new(Vec::new()),
+            synthetic_pending: AtomicBool::new(false),
+            forks,
+        })
+    }
+
+    /// The backend's name: `"epoll"`, `"kqueue"` or `"blocking"`.
+    pub fn backend_name(&self) -> &'static str {
+        B::NAME
+    }
+
+    #[inline]
+    fn check_fork(&self, op: &'static str) -> io::Result<()> {
+        if fork::count() == self.forks {
+            Ok(())
+        } else {
+            Err(error::forked(op))
+        }
+    }
+
+    /// Adds `fd` to the table, not yet armed. No system call: the kernel learns of
+    /// the descriptor at the first [`arm`](Self::arm).
+    ///
+    /// The descriptor should stay open until [`deregister`](Self::deregister). If it
+    /// is closed first, the poller copes (see [`arm`](Self::arm) and
+    /// [`deregister`](Self::deregister)); if its number is then reused and
+    /// registered again, the new registration *supersedes* the old one: the old
+    /// token stops naming a registration and its queued events are dropped as stale.
+    /// Registering a number that is still open and registered does the same, so
+    /// one descriptor number has at most one registration.
+    ///
+    /// # Errors
+    /// `ErrorKind::Other` when used in a forked child before
+    /// [`reinit_after_fork`](Self::reinit_after_fork); `ErrorKind::OutOfMemory` past
+    /// 2^32 registrations (2^20 on 32-bit targets).
+    pub fn register<F: AsFd>(&self, fd: F) -> io::Result<Token> {
+        self.insert(fd.as_fd().as_raw_fd())
+    }
+
+    /// [`register`](Self::register) for a raw descriptor number.
+    ///
+    /// # Errors
+    /// `ErrorKind::InvalidInput` for a negative `fd`; otherwise as `register`.
+    ///
+    /// # Safety
+    /// A non-negative `fd` must be an open descriptor when this is called. The
+    /// poller only ever passes the number to the kernel's registration and wait
+    /// calls (never reads, writes or closes it), and copes with it being closed
+    /// later, as `register` documents.
+    pub unsafe fn register_raw(&self, fd: RawFd) -> io::Result<Token> {
+        if fd < 0 {
+            return Err(error::negative_fd(fd));
+        }
+        self.insert(fd)
+    }
+
+    fn insert(&self, fd: RawFd) -> io::Result<Token> {
+        self.check_fork("register")?;
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&old) = table.by_fd.get(&fd) {
+            // The number is registered already: its descriptor was closed without a
+            // deregister and the number reused (P02, P04), or the caller registered
+            // it twice. The old registration is superseded: delete whatever the
+            // kernel holds under this number (ENOENT/EBADF: nothing), free the slot.
+            // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
+            // whose events carry the old slot's generation: dropped as stale.
+            let _superseded = self.free(&mut table, old);
+        }
+        if table.slab.len() >= MAX_SLOTS {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "pollshot register: the table is full",
+            ));
+        }
+        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
+        let entry = table.slab.vacant_entry();
+        let slot = entry.key();
+        let token = Token::new(slot as u32, incarnation);
+        entry.insert(Entry {
+            fd,
+            token,
+            state: Mutex::new(RegState::new(self.epoch.load(Ordering::Relaxed))),
+        });
+        table.by_fd.insert(fd, slot);
+        Ok(token)
+    }
+
+    /// Removes slot `slot` from the table, deleting it from the kernel if there.
+    fn free(&self, table: &mut Table, slot: usize) -> io::Result<()> {
+        let entry = table.slab.remove(slot);
+        if table.by_fd.get(&entry.fd) == Some(&slot) {
+            table.by_fd.remove(&entry.fd);
+        }
+        let mut state = lock(&entry.state);
+        let result = state.deregister(&mut FdKernel {
+            backend: &self.backend,
+            fd: entry.fd,
+            slot: slot as u32,
+            incarnation: entry.token.incarnation(),
+        });
+        self.epoch.fetch_max(state.generation(), Ordering::Relaxed);
+        result
+            .map(drop)
+            .map_err(|e| error::kernel("deregister", entry.fd, e))
+    }
+
+    fn with_entry<R>(
+        &self,
+        op: &'static str,
+        token: Token,
+        f: impl FnOnce(&Entry, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.check_fork(op)?;
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        let entry = match table.slab.get(token.index()) {
+            Some(e) if e.token == token => e,
+            _ => return Err(error::unknown_token(op, token)),
+        };
+        let mut state = lock(&entry.state);
+        let kernel = FdKernel {
+            backend: &self.backend,
+            fd: entry.fd,
+            slot: token.slot(),
+            incarnation: token.incarnation(),
+        };
+        f(entry, &mut state, kernel)
+    }
+
+    fn count_fallbacks(&self, fb: Fallbacks) {
+        let c = self.backend.counters();
+        c.bump(Count::NotFoundToAdd, fb.not_found_to_add as u64);
+        c.bump(Count::ExistsToModify, fb.exists_to_modify as u64);
+        c.bump(Count::NotPollable, fb.not_pollable as u64);
+    }
+
+    /// Arms the registration: the next readiness for `interest` (or a hang-up or
+    /// error) is delivered once, to one [`deliver`](Self::deliver) call, and disarms
+    /// it again.
+    ///
+    /// Cost: arming an armed registration for the same interest is free (no system
+    /// call: an event already in flight satisfies it). Otherwise one kernel command:
+    /// epoll `EPOLL_CTL_MOD` (the first arm is `EPOLL_CTL_ADD`); kqueue `EV_ENABLE`
+    /// (first `EV_ADD`), which rides on the next `kevent` call when possible; the
+    /// poll(2) backend changes its set in memory. If the kernel lost the descriptor
+    /// (closed, number reused) MOD's ENOENT becomes ADD; if a dup of it is still
+    /// registered, ADD's EEXIST becomes MOD. A descriptor the kernel cannot poll
+    /// (regular files, `/dev/null`: epoll's EPERM) is reported always ready: each arm
+    /// queues one synthetic event and costs no system call.
+    ///
+    /// # Errors
+    /// - `ErrorKind::NotFound`: `token` names no live registration.
+    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF); the
+    ///   registration is unchanged.
+    /// - `ErrorKind::Other`: used in a forked child before
+    ///   [`reinit_after_fork`](Self::reinit_after_fork).
+    /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
+    ///   epoll_ctl(2), kevent(2).
+    pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
+        let mut fb = Fallbacks::default();
+        let queued = self.with_entry("arm", token, |entry, state, mut kernel| {
+            let armed = state.arm(interest, &mut kernel, &mut fb);
+            self.count_fallbacks(fb);
+            match armed {
+                Ok(Armed::Synthetic) => {
+                    self.queue_synthetic(token.slot(), state.generation());
+                    Ok(true)
+                }
+                Ok(_) => Ok(false),
+                Err(e) => Err(error::kernel("arm", entry.fd, e)),
+            }
+        })?;
+        if queued {
+            // A waiter blocked in the kernel would not see the synthetic event.
+            self.backend.notify()?;
+        }
+        Ok(())
+    }
+
+    fn queue_synthetic(&self, slot: u32, generation: u32) {
+        self.backend.counters().one(Count::Synthetic);
+        lock(&self.synthetic).push((slot, generation));
+        self.synthetic_pending.store(true, Ordering::Release);
+    }
+
+    /// Disarms the registration without removing it from the kernel: nothing is
+    /// delivered for it until the next [`arm`](Self::arm), and an event already in
+    /// flight for the old arming is dropped as stale.
+    ///
+    /// Cost: nothing if not armed; otherwise epoll `EPOLL_CTL_MOD` with
+    /// `EPOLLONESHOT` and no readiness bits (the kernel still adds `EPOLLERR |
+    /// EPOLLHUP`, which with oneshot can fire at most once, and is then dropped as
+    /// stale); kqueue `EV_DISABLE | EV_DISPATCH`; the poll(2) backend changes its set.
+    ///
+    /// # Errors
+    /// - `ErrorKind::NotFound`: `token` names no live registration.
+    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF). The
+    ///   registration is disarmed in the table all the same (nothing more is
+    ///   delivered for it).
+    /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
+    pub fn disarm(&self, token: Token) -> io::Result<()> {
+        self.with_entry("disarm", token, |entry, state, mut kernel| {
+            state
+                .disarm(&mut kernel)
+                .map(drop)
+                .map_err(|e| error::kernel("disarm", entry.fd, e))
+        })
+    }
+
+    /// Removes the registration from the table and the kernel. The token then names
+    /// nothing, and events for it still in flight are dropped as stale.
+    ///
+    /// Call it before closing the descriptor. If the descriptor was closed first,
+    /// the kernel's ENOENT or EBADF mean it is already gone: not an error.
+    ///
+    /// # Errors
+    /// - `ErrorKind::NotFound`: `token` names no live registration (deregistered
+    ///   twice, or superseded by a later registration of the same number).
+    /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
+    /// - the kernel's error from `EPOLL_CTL_DEL`/`EV_DELETE` other than ENOENT and
+    ///   EBADF; the registration is removed from the table all the same.
+    pub fn deregister(&self, token: Token) -> io::Result<()> {
+        self.check_fork("deregister")?;
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        match table.slab.get(token.index()) {
+            Some(e) if e.token == token => self.free(&mut table, token.index()),
+            _ => Err(error::unknown_token("deregister", token)),
+        }
+    }
+
+    /// Waits for events and delivers each to this caller: fills `events` (cleared
+    /// first) with at most `events.capacity()` of them and returns how many.
+    ///
+    /// Each delivered event completes one arming and leaves its registration
+    /// disarmed. Events for deregistered, disarmed or re-armed registrations (a stale
+    /// generation) are dropped, never delivered.
+    ///
+    /// # Timeouts
+    /// - `None` blocks until an event or a [`notify`](Self::notify).
+    /// - `Some(Duration::ZERO)` never blocks.
+    /// - Anything else waits at least that long: epoll uses `epoll_pwait2(2)` (a
+    ///   timespec, exact) for timeouts that are not whole milliseconds where the
+    ///   kernel has it, else rounds *up* to the next millisecond; kqueue passes a
+    ///   timespec; poll(2) rounds up to milliseconds. A nonzero timeout is never
+    ///   rounded to 0, and a huge one (`Duration::MAX`) is clamped, not refused.
+    ///
+    /// Returns `Ok(0)` on a timeout, a notify, or when a signal interrupted the wait
+    /// (EINTR): the call returns instead of restarting, so the caller can look at
+    /// whatever the signal handler set. Call it again to keep waiting.
+    ///
+    /// # Errors
+    /// `ErrorKind::Other` in a forked child before re-initialisation; the kernel's
+    /// error from the wait otherwise (EBADF, EFAULT, EINVAL: not expected).
+    pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
+        self.check_fork("deliver")?;
+        events.clear();
+        let mut timeout = timeout;
+        if self.synthetic_pending.load(Ordering::Acquire) {
+            self.take_synthetic(events);
+            if !events.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
+        }
+        let room = events.remaining();
+        if room == 0 {
+            return Ok(events.len());
+        }
+        let mut raw = std::mem::take(&mut events.raw);
+        raw.clear();
+        let waited = self.backend.wait(&mut raw, room, timeout);
+        if !raw.is_empty() {
+            self.accept(&raw, events);
+        }
+        events.raw = raw;
+        match waited {
+            Ok(()) => Ok(events.len()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(events.len()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Checks kernel events against the table; current ones are delivered.
+    fn accept(&self, raw: &[RawEvent], events: &mut Events) {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        let counters = self.backend.counters();
+        for ev in raw {
+            let Some(entry) = table.slab.get(ev.slot as usize) else {
+                counters.one(Count::Stale);
+                continue;
+            };
+            let (tag, current) = if B::TAG_IS_GENERATION {
+                (Some(ev.stamp), true)
+            } else {
+                (None, ev.stamp == stamp_of(entry.token))
+            };
+            if !current {
+                counters.one(Count::Stale);
+                continue;
+            }
+            let mut state = lock(&entry.state);
+            match state.on_event(tag) {
+                Some(interest) => {
+                    drop(state);
+                    let t = Tag {
+                        slot: ev.slot,
+                        incarnation: entry.token.incarnation(),
+                        generation: 0,
+                    };
+                    self.backend.delivered(entry.fd, t, interest, ev.readiness);
+                    events.push(Event {
+                        token: entry.token,
+                        readiness: ev.readiness,
+                    });
+                }
+                None => {
+                    drop(state);
+                    // kqueue: the other filter of a registration delivered in this
+                    // same call is part of that delivery, not a stale event.
+                    if !(B::SPLIT_FILTERS && events.merge(entry.token, ev.readiness)) {
+                        counters.one(Count::Stale);
+                    }
+                }
+            }
+        }
+    }
+
+    fn take_synthetic(&self, events: &mut Events) {
+        let mut queue = lock(&self.synthetic);
+        let n = queue.len().min(events.remaining());
+        let taken: Vec<(u32, u32)> = queue.drain(..n).collect();
+        self.synthetic_pending
+            .store(!queue.is_empty(), Ordering::Release);
+        drop(queue);
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        for (slot, generation) in taken {
+            let current = table.slab.get(slot as usize).and_then(|entry| {
+                let interest = lock(&entry.state).on_event(Some(generation))?;
+                Some((entry.token, interest))
+            });
+            match current {
+                Some((token, interest)) => events.push(Event {
+                    token,
+                    readiness: synthetic_readiness(interest),
+                }),
+                None => self.backend.counters().one(Count::Stale),
+            }
+        }
+    }
+
+    /// Wakes one thread blocked in [`deliver`](Self::deliver) (it returns `Ok` with
+    /// whatever events it has, possibly none), or, if none is blocked, makes the next
+    /// `deliver` return at once. Notifies that arrive before a `deliver` consumes
+    /// them coalesce into one wake-up. Cost: one write to the waker (eventfd(2),
+    /// `EVFILT_USER`, a pipe), none when a notify is already pending.
+    ///
+    /// # Errors
+    /// `ErrorKind::Other` in a forked child before re-initialisation; the kernel's
+    /// error from the write otherwise (not expected).
+    pub fn notify(&self) -> io::Result<()> {
+        self.check_fork("notify")?;
+        self.backend.notify()
+    }
+
+    /// Makes a poller inherited across `fork(2)` usable in the child: a new kernel
+    /// instance and waker owned by the child, and every registration that was armed
+    /// is added to it, armed as it was (idle ones are added at their next arm). The
+    /// parent's registrations are never touched: on epoll the inherited instance is
+    /// shared with the parent, so the child's copy is only closed; a kqueue is not
+    /// inherited, so its old number is left alone.
+    ///
+    /// Until this is called, every method in the child fails with
+    /// `ErrorKind::Other`. Does nothing in the process that made the poller.
+    /// Fork detection relies on `pthread_atfork(3)`: a child made by a raw `clone`
+    /// system call is not detected.
+    ///
+    /// # Errors
+    /// The kernel's error creating the new instance or waker, or re-adding a
+    /// registration (a closed descriptor: EBADF). On error the poller stays unusable
+    /// in the child.
+    pub fn reinit_after_fork(&mut self) -> io::Result<()> {
+        let now = fork::count();
+        if now == self.forks {
+            return Ok(());
+        }
+        self.backend.reinit_after_fork()?;
+        let table = self.table.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut synthetic = Vec::new();
+        for (slot, entry) in table.slab.iter_mut() {
+            let state = entry.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            state.forget_kernel();
+            let mut fb = Fallbacks::default();
+            let armed = state.rearm_fresh(
+                &mut FdKernel {
+                    backend: &self.backend,
+                    fd: entry.fd,
+                    slot: slot as u32,
+                    incarnation: entry.token.incarnation(),
+                },
+                &mut fb,
+            );
+            match armed {
+                Ok(Armed::Synthetic) => synthetic.push((slot as u32, state.generation())),
+                Ok(_) => {}
+                Err(e) => return Err(error::kernel("reinit_after_fork", entry.fd, e)),
+            }
+        }
+        let queue = self.synthetic.get_mut().unwrap_or_else(PoisonError::into_inner);
+        queue.clear();
+        queue.extend(synthetic);
+        *self.synthetic_pending.get_mut() = !queue.is_empty();
+        self.forks = now;
+        Ok(())
+    }
+
+    /// The number of live registrations.
+    pub fn len(&self) -> usize {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .slab
+            .len()
+    }
+
+    /// Whether no descriptor is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of the system call counters (cargo feature `stats`).
+    #[cfg(feature = "stats")]
+    pub fn stats(&self) -> crate::Stats {
+        self.backend.counters().snapshot()
+    }
+}
+
+/// The stamp a current event for `token` carries on a backend whose tag is the
+/// slot and its incarnation (as it survives packing into `udata`).
+fn stamp_of(token: Token) -> u32 {
+    crate::token::incarnation_in_usize(token.incarnation())
+}
+
+/// What a synthetic event for an always-ready descriptor reports: the interest.
+fn synthetic_readiness(interest: Interest) -> crate::event::Readiness {
+    use crate::event::Readiness;
+    let mut r = Readiness::EMPTY;
+    if interest.is_readable() {
+        r.insert(Readiness::READABLE);
+    }
+    if interest.is_writable() {
+        r.insert(Readiness::WRITABLE);
+    }
+    r
+}
+
+impl<B: Backend> Drop for Poller<B> {
+    fn drop(&mut self) {
+        if fork::count() != self.forks {
+            self.backend.abandon_after_fork();
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Poller<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("backend", &B::NAME)
+            .field("registrations", &self.len())
+            .finish()
+    }
+}

@@ -1,0 +1,179 @@
+//! [`Token`]: the name of a registration, and the tags that ride in the kernel.
+//!
+//! # Packing
+//!
+//! A token is 64 bits on every target: the low 32 bits are the slot index in the
+//! poller's table, the high 32 bits are the slot's *incarnation*, a poller-wide
+//! counter taken when the registration is made. A slot freed by
+//! [`deregister`](crate::Poller::deregister) and reused by a new registration gets a
+//! new incarnation, so a token kept past its deregistration (or an [`Event`] fetched
+//! before it) never names the new registration (scenario P01).
+//!
+//! The kernel tag is backend specific:
+//!
+//! - epoll: `epoll_event.data.u64` is 64 bits on every target, 32-bit ones
+//!   included. It holds the slot in the low 32 bits and the registration's arming
+//!   *generation* in the high 32 bits, rewritten by every `EPOLL_CTL_MOD`.
+//! - kqueue: `udata` is pointer-sized and fixed at `EV_ADD` (kernels differ on
+//!   whether `EV_ENABLE` updates it). On 64-bit targets it holds slot and
+//!   incarnation as above; on 32-bit targets the slot gets the low 20 bits (about a
+//!   million registrations) and the incarnation the high 12 bits. The generation
+//!   stays in the table.
+//!
+//! Wrap-around: generations and incarnations are `u32` counters that wrap. A
+//! stale event is mistaken for a current one only if its tag matches exactly,
+//! which needs 2^32 armings (2^12 incarnations of one slot on 32-bit kqueue)
+//! between the kernel queueing the event and the poller reading it.
+//!
+//! [`Event`]: crate::Event
+
+use std::fmt;
+
+/// The name of a registration, handed out by [`Poller::register`](crate::Poller::register).
+///
+/// `Copy`, comparable and hashable; unique for the poller's lifetime up to the
+/// wrap-around of a 32-bit incarnation counter (see the module docs for the layout).
+/// [`Token::index`] is a small dense integer suitable for indexing a `Vec`; compare
+/// the whole token to tell a live registration from an earlier one in the same slot.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token(u64);
+
+impl Token {
+    /// The token for `slot` in incarnation `incarnation`.
+    #[inline]
+    pub(crate) const fn new(slot: u32, incarnation: u32) -> Token {
+        Token(((incarnation as u64) << 32) | slot as u64)
+    }
+
+    /// The slot index: dense, starting at 0, reused after deregistration.
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as u32 as usize
+    }
+
+    /// The slot's incarnation: which registration of this slot the token names.
+    #[inline]
+    pub const fn incarnation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The token as 64 bits (slot low, incarnation high).
+    #[inline]
+    pub const fn to_u64(self) -> u64 {
+        self.0
+    }
+
+    /// A token from [`Token::to_u64`]. Any value is accepted; one that names no live
+    /// registration makes the poller's calls fail with `ErrorKind::NotFound`.
+    #[inline]
+    pub const fn from_u64(bits: u64) -> Token {
+        Token(bits)
+    }
+
+    #[inline]
+    pub(crate) const fn slot(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({}#{})", self.index(), self.incarnation())
+    }
+}
+
+/// Packs a slot and a 32-bit stamp (generation on epoll, incarnation on kqueue)
+/// into a 64-bit kernel tag: slot low, stamp high.
+#[inline]
+pub(crate) const fn pack64(slot: u32, stamp: u32) -> u64 {
+    ((stamp as u64) << 32) | slot as u64
+}
+
+/// The inverse of [`pack64`]: `(slot, stamp)`.
+#[inline]
+pub(crate) const fn unpack64(tag: u64) -> (u32, u32) {
+    (tag as u32, (tag >> 32) as u32)
+}
+
+/// Bits of the slot in a pointer-sized tag on 32-bit targets.
+#[cfg(target_pointer_width = "32")]
+pub(crate) const SLOT_BITS_32: u32 = 20;
+
+/// Packs slot and incarnation into a pointer-sized tag (kqueue `udata`). On 32-bit
+/// targets the slot keeps its low 20 bits and the incarnation its low 12 bits;
+/// the table refuses slots past 2^20 there, so the slot is never truncated.
+#[inline]
+#[allow(dead_code)]
+pub(crate) const fn pack_usize(slot: u32, incarnation: u32) -> usize {
+    #[cfg(target_pointer_width = "64")]
+    {
+        pack64(slot, incarnation) as usize
+    }
+    #[cfg(target_pointer_width = "32")]
+    {
+        ((incarnation << SLOT_BITS_32) | (slot & ((1 << SLOT_BITS_32) - 1))) as usize
+    }
+}
+
+/// The inverse of [`pack_usize`]: `(slot, incarnation)`, the incarnation truncated
+/// to the bits that fit (12 on 32-bit targets).
+#[inline]
+#[allow(dead_code)]
+pub(crate) const fn unpack_usize(tag: usize) -> (u32, u32) {
+    #[cfg(target_pointer_width = "64")]
+    {
+        unpack64(tag as u64)
+    }
+    #[cfg(target_pointer_width = "32")]
+    {
+        let t = tag as u32;
+        (t & ((1 << SLOT_BITS_32) - 1), t >> SLOT_BITS_32)
+    }
+}
+
+/// The incarnation as it survives [`pack_usize`], for comparing with a delivered tag.
+#[inline]
+#[allow(dead_code)]
+pub(crate) const fn incarnation_in_usize(incarnation: u32) -> u32 {
+    unpack_usize(pack_usize(0, incarnation)).1
+}
+
+/// The largest number of slots the table may hold on this target.
+pub(crate) const MAX_SLOTS: usize = {
+    #[cfg(target_pointer_width = "64")]
+    {
+        u32::MAX as usize
+    }
+    #[cfg(target_pointer_width = "32")]
+    {
+        1 << SLOT_BITS_32
+    }
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_round_trips_at_the_edges() {
+        for (slot, inc) in [(0, 0), (u32::MAX, 0), (0, u32::MAX), (u32::MAX, u32::MAX), (7, 9)] {
+            let t = Token::new(slot, inc);
+            assert_eq!(t.index(), slot as usize);
+            assert_eq!(t.incarnation(), inc);
+            assert_eq!(Token::from_u64(t.to_u64()), t);
+            assert_eq!(unpack64(pack64(slot, inc)), (slot, inc));
+        }
+    }
+
+    #[test]
+    fn usize_tag_keeps_slot_and_incarnation_bits() {
+        let max_slot = (MAX_SLOTS - 1) as u32;
+        for (slot, inc) in [(0, 0), (max_slot, 0), (0, u32::MAX), (max_slot, u32::MAX), (5, 4097)] {
+            let (s, i) = unpack_usize(pack_usize(slot, inc));
+            assert_eq!(s, slot);
+            assert_eq!(i, incarnation_in_usize(inc));
+        }
+        // Neighbouring incarnations stay distinct after truncation.
+        assert_ne!(incarnation_in_usize(1), incarnation_in_usize(2));
+    }
+}
