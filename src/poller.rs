@@ -198,6 +198,27 @@ impl<B: Backend> Poller<B> {
         self.insert(fd.as_fd().as_raw_fd())
     }
 
+    /// Exclusive wake-up for a listening socket shared by several pollers or
+    /// processes (epoll `EPOLLEXCLUSIVE`): not offered, always an error.
+    ///
+    /// `EPOLLEXCLUSIVE` is only valid with `EPOLL_CTL_ADD`: the kernel refuses it in
+    /// a MOD and refuses MOD on a registration that has it, so it cannot be combined
+    /// with the arm-by-MOD model (epoll_ctl(2)). To spread accepts, share one poller
+    /// among the accepting threads instead: each readiness event reaches exactly one
+    /// thread that called [`deliver`](Self::deliver).
+    ///
+    /// # Errors
+    /// Always `ErrorKind::Unsupported`, saying the above.
+    pub fn register_exclusive<F: AsFd>(&self, fd: F) -> io::Result<Token> {
+        let _ = fd.as_fd();
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "pollshot register_exclusive: EPOLLEXCLUSIVE cannot be combined with oneshot \
+             re-arming by EPOLL_CTL_MOD; share one Poller among the accepting threads \
+             (each event reaches exactly one deliver call)",
+        ))
+    }
+
     /// [`register`](Self::register) for a raw descriptor number.
     ///
     /// # Errors
