@@ -135,3 +135,8 @@ cfg_if::cfg_if! {
         pub const MULTIPLEXES_ONESHOT: bool = false;
     }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
