@@ -41,6 +41,7 @@ mod error;
 mod event;
 mod fork;
 mod interest;
+pub mod model;
 mod pipe;
 mod poller;
 pub mod state;

@@ -289,3 +289,416 @@ impl RegState {
         }
     }
 }
+
+/// One test per row of the table, each asserting the exact commands issued.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    const R: Interest = Interest::READABLE;
+    const W: Interest = Interest::WRITABLE;
+    const B: Interest = Interest::BOTH;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Cmd {
+        Add(Interest, u32),
+        Modify(Interest, u32),
+        Quiet(u32),
+        Delete,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Ans {
+        NotFound,
+        Exists,
+        NotPollable,
+        BadFd,
+        Other,
+    }
+
+    /// A kernel that records every command and answers from a script (success
+    /// once the script is used up).
+    #[derive(Default)]
+    struct Rec {
+        log: Vec<Cmd>,
+        script: VecDeque<Ans>,
+    }
+
+    impl Rec {
+        fn answering(script: &[Ans]) -> Rec {
+            Rec {
+                log: Vec::new(),
+                script: script.iter().copied().collect(),
+            }
+        }
+        fn answer(&mut self, cmd: Cmd) -> Result<(), KernelError> {
+            self.log.push(cmd);
+            match self.script.pop_front() {
+                None => Ok(()),
+                Some(Ans::NotFound) => Err(KernelError::NotFound),
+                Some(Ans::Exists) => Err(KernelError::Exists),
+                Some(Ans::NotPollable) => Err(KernelError::NotPollable),
+                Some(Ans::BadFd) => Err(KernelError::BadFd),
+                Some(Ans::Other) => Err(KernelError::Other(io::Error::from_raw_os_error(
+                    libc::ENOMEM,
+                ))),
+            }
+        }
+    }
+
+    impl Kernel for Rec {
+        fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
+            self.answer(Cmd::Add(interest, generation))
+        }
+        fn modify(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
+            self.answer(Cmd::Modify(interest, generation))
+        }
+        fn quiet(&mut self, generation: u32) -> Result<(), KernelError> {
+            self.answer(Cmd::Quiet(generation))
+        }
+        fn delete(&mut self) -> Result<(), KernelError> {
+            self.answer(Cmd::Delete)
+        }
+    }
+
+    /// A registration armed for `i` with generation `g` (added at `g`).
+    fn armed(i: Interest, g: u32) -> RegState {
+        let mut s = RegState::new(g.wrapping_sub(1));
+        s.arm(i, &mut Rec::default(), &mut Fallbacks::default())
+            .unwrap();
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(i), g));
+        s
+    }
+
+    /// A registration in the kernel, idle, with generation `g`.
+    fn idle(g: u32) -> RegState {
+        let mut s = armed(R, g);
+        assert_eq!(s.on_event(Some(g)), Some(R));
+        assert_eq!((s.phase(), s.generation()), (Phase::Idle, g));
+        s
+    }
+
+    fn arm(s: &mut RegState, i: Interest, k: &mut Rec) -> (Result<Armed, KernelError>, Fallbacks) {
+        let mut fb = Fallbacks::default();
+        let r = s.arm(i, k, &mut fb);
+        (r, fb)
+    }
+
+    // Row: fresh | arm(i) | add(i); on EEXIST: modify(i) | armed(i, g+1)
+    #[test]
+    fn row_fresh_arm_adds() {
+        for i in Interest::ALL {
+            let mut s = RegState::new(5);
+            let mut k = Rec::default();
+            let (r, fb) = arm(&mut s, i, &mut k);
+            assert!(matches!(r, Ok(Armed::Kernel)));
+            assert_eq!(k.log, [Cmd::Add(i, 6)]);
+            assert_eq!((s.phase(), s.generation()), (Phase::Armed(i), 6));
+            assert_eq!(fb, Fallbacks::default());
+            assert!(s.in_kernel());
+        }
+    }
+
+    #[test]
+    fn row_fresh_arm_exists_becomes_modify() {
+        let mut s = RegState::new(5);
+        let mut k = Rec::answering(&[Ans::Exists]);
+        let (r, fb) = arm(&mut s, W, &mut k);
+        assert!(matches!(r, Ok(Armed::Kernel)));
+        assert_eq!(k.log, [Cmd::Add(W, 6), Cmd::Modify(W, 6)]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(W), 6));
+        assert!(fb.exists_to_modify && !fb.not_found_to_add);
+    }
+
+    #[test]
+    fn row_fresh_arm_refused_leaves_it_fresh() {
+        for ans in [Ans::BadFd, Ans::Other] {
+            let mut s = RegState::new(5);
+            let mut k = Rec::answering(&[ans]);
+            let (r, _) = arm(&mut s, R, &mut k);
+            assert!(r.is_err());
+            assert_eq!(k.log, [Cmd::Add(R, 6)]);
+            assert_eq!(s, RegState::new(5));
+        }
+        // EEXIST, then the MOD refused: still fresh, the error returned.
+        let mut s = RegState::new(5);
+        let mut k = Rec::answering(&[Ans::Exists, Ans::BadFd]);
+        assert!(matches!(arm(&mut s, R, &mut k).0, Err(KernelError::BadFd)));
+        assert_eq!(k.log, [Cmd::Add(R, 6), Cmd::Modify(R, 6)]);
+        assert_eq!(s, RegState::new(5));
+    }
+
+    // Row: idle | arm(i) | modify(i); on ENOENT: add(i) | armed(i, g+1)
+    #[test]
+    fn row_idle_arm_modifies() {
+        for i in Interest::ALL {
+            let mut s = idle(9);
+            let mut k = Rec::default();
+            let (r, fb) = arm(&mut s, i, &mut k);
+            assert!(matches!(r, Ok(Armed::Kernel)));
+            assert_eq!(k.log, [Cmd::Modify(i, 10)]);
+            assert_eq!((s.phase(), s.generation()), (Phase::Armed(i), 10));
+            assert_eq!(fb, Fallbacks::default());
+        }
+    }
+
+    #[test]
+    fn row_idle_arm_not_found_becomes_add() {
+        let mut s = idle(9);
+        let mut k = Rec::answering(&[Ans::NotFound]);
+        let (r, fb) = arm(&mut s, B, &mut k);
+        assert!(matches!(r, Ok(Armed::Kernel)));
+        assert_eq!(k.log, [Cmd::Modify(B, 10), Cmd::Add(B, 10)]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(B), 10));
+        assert!(fb.not_found_to_add && !fb.exists_to_modify);
+    }
+
+    #[test]
+    fn row_idle_arm_refused_leaves_it_idle() {
+        let mut s = idle(9);
+        let mut k = Rec::answering(&[Ans::BadFd]);
+        assert!(matches!(arm(&mut s, R, &mut k).0, Err(KernelError::BadFd)));
+        assert_eq!(k.log, [Cmd::Modify(R, 10)]);
+        assert_eq!(s, idle(9));
+    }
+
+    // Row: armed(i, g) | arm(i) | none: zero system calls | armed(i, g)
+    #[test]
+    fn row_armed_arm_same_interest_issues_nothing() {
+        for i in Interest::ALL {
+            let mut s = armed(i, 3);
+            let mut k = Rec::default();
+            let (r, fb) = arm(&mut s, i, &mut k);
+            assert!(matches!(r, Ok(Armed::Unchanged)));
+            assert!(k.log.is_empty());
+            assert_eq!(s, armed(i, 3));
+            assert_eq!(fb, Fallbacks::default());
+        }
+    }
+
+    // Row: armed(i, g) | arm(j), j != i | modify(j); on ENOENT: add(j) | armed(j, g+1)
+    #[test]
+    fn row_armed_arm_other_interest_modifies() {
+        for i in Interest::ALL {
+            for j in Interest::ALL.into_iter().filter(|&j| j != i) {
+                let mut s = armed(i, 3);
+                let mut k = Rec::default();
+                assert!(matches!(arm(&mut s, j, &mut k).0, Ok(Armed::Kernel)));
+                assert_eq!(k.log, [Cmd::Modify(j, 4)]);
+                assert_eq!((s.phase(), s.generation()), (Phase::Armed(j), 4));
+
+                let mut s = armed(i, 3);
+                let mut k = Rec::answering(&[Ans::NotFound]);
+                let (r, fb) = arm(&mut s, j, &mut k);
+                assert!(matches!(r, Ok(Armed::Kernel)));
+                assert_eq!(k.log, [Cmd::Modify(j, 4), Cmd::Add(j, 4)]);
+                assert_eq!((s.phase(), s.generation()), (Phase::Armed(j), 4));
+                assert!(fb.not_found_to_add);
+            }
+        }
+    }
+
+    // Row: armed(i, g) | disarm | quiet | idle, g+1
+    #[test]
+    fn row_armed_disarm_quiets() {
+        for i in Interest::ALL {
+            let mut s = armed(i, 3);
+            let mut k = Rec::default();
+            assert!(matches!(s.disarm(&mut k), Ok(true)));
+            assert_eq!(k.log, [Cmd::Quiet(4)]);
+            assert_eq!((s.phase(), s.generation()), (Phase::Idle, 4));
+        }
+    }
+
+    #[test]
+    fn row_armed_disarm_when_the_kernel_lost_it() {
+        // ENOENT: the kernel dropped it; fresh, nothing more delivered.
+        let mut s = armed(R, 3);
+        let mut k = Rec::answering(&[Ans::NotFound]);
+        assert!(matches!(s.disarm(&mut k), Ok(true)));
+        assert_eq!(k.log, [Cmd::Quiet(4)]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+        // EBADF: the number is closed; fresh as well, and said.
+        let mut s = armed(R, 3);
+        let mut k = Rec::answering(&[Ans::BadFd]);
+        assert!(matches!(s.disarm(&mut k), Err(KernelError::BadFd)));
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+        // Anything else: unchanged, the error returned.
+        let mut s = armed(R, 3);
+        let mut k = Rec::answering(&[Ans::Other]);
+        assert!(matches!(s.disarm(&mut k), Err(KernelError::Other(_))));
+        assert_eq!(s, armed(R, 3));
+    }
+
+    // Row: fresh or idle | disarm | none | unchanged
+    #[test]
+    fn row_fresh_or_idle_disarm_issues_nothing() {
+        for s0 in [RegState::new(7), idle(7)] {
+            let mut s = s0;
+            let mut k = Rec::default();
+            assert!(matches!(s.disarm(&mut k), Ok(false)));
+            assert!(k.log.is_empty());
+            assert_eq!(s, s0);
+        }
+    }
+
+    // Row: armed(i, g) | kernel event tagged g | none | idle; delivered
+    #[test]
+    fn row_armed_current_event_is_delivered() {
+        for i in Interest::ALL {
+            let mut s = armed(i, 3);
+            assert_eq!(s.on_event(Some(3)), Some(i));
+            assert_eq!((s.phase(), s.generation()), (Phase::Idle, 3));
+            // kqueue: no tag; current exactly while armed.
+            let mut s = armed(i, 3);
+            assert_eq!(s.on_event(None), Some(i));
+            assert_eq!(s.phase(), Phase::Idle);
+            // One delivery per arming: the next event is dropped.
+            assert_eq!(s.on_event(Some(3)), None);
+            assert_eq!(s.on_event(None), None);
+        }
+    }
+
+    // Row: any | kernel event tagged g' != g, or slot freed | none | unchanged; dropped
+    #[test]
+    fn row_stale_event_is_dropped() {
+        let mut s = armed(W, 3);
+        for stale in [2, 4, 0, u32::MAX] {
+            assert_eq!(s.on_event(Some(stale)), None);
+            assert_eq!(s, armed(W, 3));
+        }
+        for s0 in [RegState::new(3), idle(3)] {
+            let mut s = s0;
+            assert_eq!(s.on_event(Some(3)), None);
+            assert_eq!(s.on_event(None), None);
+            assert_eq!(s, s0);
+        }
+        // Disarm then re-arm: the first arming's event is stale.
+        let mut s = armed(R, 3);
+        s.disarm(&mut Rec::default()).unwrap();
+        s.arm(R, &mut Rec::default(), &mut Fallbacks::default())
+            .unwrap();
+        assert_eq!(s.generation(), 5);
+        assert_eq!(s.on_event(Some(3)), None);
+        assert_eq!(s.on_event(Some(4)), None);
+        assert_eq!(s.on_event(Some(5)), Some(R));
+    }
+
+    // Row: in kernel | deregister | delete; ENOENT and EBADF are not errors | freed
+    #[test]
+    fn row_in_kernel_deregister_deletes() {
+        for (s0, ans) in [
+            (armed(R, 3), None),
+            (idle(3), None),
+            (armed(B, 3), Some(Ans::NotFound)),
+            (idle(3), Some(Ans::BadFd)),
+        ] {
+            let mut s = s0;
+            let mut k = Rec::answering(ans.as_slice());
+            assert!(matches!(s.deregister(&mut k), Ok(true)));
+            assert_eq!(k.log, [Cmd::Delete]);
+            assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+            assert_eq!(s.on_event(Some(3)), None);
+        }
+        let mut s = armed(R, 3);
+        let mut k = Rec::answering(&[Ans::Other]);
+        assert!(matches!(s.deregister(&mut k), Err(KernelError::Other(_))));
+        assert_eq!(k.log, [Cmd::Delete]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+    }
+
+    // Row: fresh | deregister | none | freed
+    #[test]
+    fn row_fresh_deregister_issues_nothing() {
+        let mut s = RegState::new(3);
+        let mut k = Rec::default();
+        assert!(matches!(s.deregister(&mut k), Ok(false)));
+        assert!(k.log.is_empty());
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+    }
+
+    // A descriptor the kernel cannot poll: always ready, never in the kernel.
+    #[test]
+    fn not_pollable_is_always_ready_without_commands() {
+        let mut s = RegState::new(0);
+        let mut k = Rec::answering(&[Ans::NotPollable]);
+        let (r, fb) = arm(&mut s, R, &mut k);
+        assert!(matches!(r, Ok(Armed::Synthetic)));
+        assert_eq!(k.log, [Cmd::Add(R, 1)]);
+        assert!(fb.not_pollable && s.is_always_ready() && !s.in_kernel());
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(R), 1));
+
+        let mut k = Rec::default();
+        assert!(matches!(arm(&mut s, R, &mut k).0, Ok(Armed::Unchanged)));
+        assert_eq!(s.on_event(Some(1)), Some(R));
+        assert!(matches!(arm(&mut s, W, &mut k).0, Ok(Armed::Synthetic)));
+        assert_eq!(s.generation(), 2);
+        assert!(matches!(s.disarm(&mut k), Ok(false)));
+        assert_eq!((s.phase(), s.generation()), (Phase::Idle, 3));
+        assert_eq!(s.on_event(Some(2)), None);
+        assert!(matches!(s.deregister(&mut k), Ok(false)));
+        assert!(
+            k.log.is_empty(),
+            "no command after the refusal: {:?}",
+            k.log
+        );
+
+        // The refusal on a re-arm (idle -> modify) works the same way.
+        let mut s = idle(4);
+        let mut k = Rec::answering(&[Ans::NotPollable]);
+        assert!(matches!(arm(&mut s, W, &mut k).0, Ok(Armed::Synthetic)));
+        assert_eq!(k.log, [Cmd::Modify(W, 5)]);
+        assert!(!s.in_kernel());
+    }
+
+    #[test]
+    fn generation_wraps_around() {
+        let mut s = RegState::new(u32::MAX);
+        let mut k = Rec::default();
+        arm(&mut s, R, &mut k).0.unwrap();
+        assert_eq!(k.log, [Cmd::Add(R, 0)]);
+        assert_eq!(s.on_event(Some(u32::MAX)), None);
+        assert_eq!(s.on_event(Some(0)), Some(R));
+        let mut s = armed(R, u32::MAX);
+        s.disarm(&mut k).unwrap();
+        assert_eq!(s.generation(), 0);
+    }
+
+    #[test]
+    fn fork_forget_then_rearm_fresh() {
+        // Armed: re-added to the new kernel with a new generation.
+        let mut s = armed(W, 3);
+        s.forget_kernel();
+        let mut k = Rec::default();
+        let r = s.rearm_fresh(&mut k, &mut Fallbacks::default());
+        assert!(matches!(r, Ok(Armed::Kernel)));
+        assert_eq!(k.log, [Cmd::Add(W, 4)]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(W), 4));
+        // Idle: nothing in the new kernel until the next arm, which adds.
+        let mut s = idle(3);
+        s.forget_kernel();
+        assert_eq!(s.phase(), Phase::Fresh);
+        let mut k = Rec::default();
+        assert!(matches!(
+            s.rearm_fresh(&mut k, &mut Fallbacks::default()),
+            Ok(Armed::Unchanged)
+        ));
+        assert!(k.log.is_empty());
+        arm(&mut s, R, &mut k).0.unwrap();
+        assert_eq!(k.log, [Cmd::Add(R, 4)]);
+        // Always ready and armed: a synthetic event again, no command.
+        let mut s = RegState::new(0);
+        arm(&mut s, R, &mut Rec::answering(&[Ans::NotPollable]))
+            .0
+            .unwrap();
+        s.forget_kernel();
+        let mut k = Rec::default();
+        assert!(matches!(
+            s.rearm_fresh(&mut k, &mut Fallbacks::default()),
+            Ok(Armed::Synthetic)
+        ));
+        assert!(k.log.is_empty());
+        assert_eq!(s.generation(), 2);
+    }
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seed inputs under fuzz/seeds/<target>/.
+
+Each seed is a scenario from shared/cases/CASES.md or the state table, encoded the
+way `arbitrary` 1.x decodes the harness's input types (fuzz/src/lib.rs, real.rs,
+kq.rs): an enum variant is a little-endian u32 v with (v * variants) >> 32 == index,
+then its fields in order (u8: 1 byte, bool: 1 byte, u32: 4 bytes LE); a Vec taken
+as the rest of the input is a 1 byte before each element, 0 to stop.
+
+Run it from anywhere; it rewrites the seeds. Corpus files the fuzzer found and
+`cargo fuzz cmin` kept live beside these, named by their hash.
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def variant(index, count):
+    v = -(-(index << 32) // count)  # smallest v with (v * count) >> 32 == index
+    assert (v * count) >> 32 == index
+    return struct.pack("<I", v)
+
+
+def enc(spec, count, op):
+    name, *fields = op
+    out = variant(spec.index(name), count)
+    for f in fields:
+        out += struct.pack("<I", f[0]) if isinstance(f, tuple) else bytes([f & 0xFF])
+    return out
+
+
+def vec(spec, ops):
+    out = b""
+    for op in ops:
+        out += b"\x01" + enc(spec, len(spec), op)
+    return out + b"\x00"
+
+
+MACHINE = ["Open", "Dup", "Close", "Levels", "Register", "Arm", "Disarm",
+           "Deregister", "Wait", "Accept", "Deliver", "Fire", "Stale", "Notify"]
+REAL = ["Open", "Dup", "Close", "Write", "Read", "Fill", "DrainPeer",
+        "ShutdownPeer", "ClosePeer", "Register", "Arm", "Disarm", "Deregister",
+        "Deliver", "Notify"]
+KQ = ["Open", "Dup", "Close", "Levels", "Command", "Wait"]
+R, W, B = 0, 1, 2  # interests
+RD, WR, RDHUP, HUP, ERR = 1, 2, 4, 8, 16  # level bits
+
+
+def machine(wrap, below, ops):
+    return bytes([wrap, below]) + vec(MACHINE, ops)
+
+
+SEEDS = {
+    "state_machine": {
+        # Arm, deliver, re-arm (level-triggered: still ready), disarm, deregister.
+        "rows_basic": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Levels", 0, RD),
+            ("Deliver", 0), ("Arm", 0, R), ("Arm", 0, R), ("Deliver", 1),
+            ("Arm", 0, W), ("Disarm", 0), ("Disarm", 0), ("Deregister", 0),
+            ("Deregister", 0), ("Arm", 0, R)]),
+        # P01: an event fetched for B; B deregistered, closed, its number reused,
+        # registered and armed before the event is handled.
+        "p01_fetched_event_for_reused_number": machine(0, 0, [
+            ("Open", 0), ("Open", 0), ("Register", 0), ("Register", 1),
+            ("Arm", 0, R), ("Arm", 1, R), ("Levels", 0, RD), ("Levels", 1, RD),
+            ("Wait", 0), ("Deregister", 1), ("Close", 1), ("Open", 0),
+            ("Register", 1), ("Arm", 2, R), ("Accept", 0), ("Deliver", 1)]),
+        # P04: a dup registered, closed without deregistering; the number comes back
+        # as a dup of the same description: ADD answers EEXIST, becomes MOD.
+        "p04_dup_reuses_number": machine(0, 0, [
+            ("Open", 0), ("Dup", 0), ("Register", 0), ("Arm", 0, R), ("Close", 0),
+            ("Deregister", 0), ("Dup", 0), ("Register", 0), ("Arm", 1, R),
+            ("Levels", 0, RD), ("Deliver", 0)]),
+        # P05: fired, closed, number reused by another description, old handle
+        # armed again: MOD answers ENOENT, becomes ADD.
+        "p05_rearm_after_close_and_reuse": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Levels", 0, RD),
+            ("Deliver", 0), ("Close", 0), ("Open", 0), ("Arm", 0, R),
+            ("Levels", 0, RD), ("Deliver", 0)]),
+        # An event in flight while another thread disarms and re-arms.
+        "inflight_disarm_rearm": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, B), ("Levels", 0, RD | WR),
+            ("Wait", 0), ("Disarm", 0), ("Arm", 0, B), ("Accept", 0),
+            ("Deliver", 1), ("Fire", 0, 2), ("Arm", 0, R), ("Accept", 2)]),
+        # An arm that races a delivery in flight: satisfied by it.
+        "inflight_same_arm": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, W), ("Levels", 0, WR),
+            ("Wait", 1), ("Arm", 0, W), ("Accept", 1), ("Deliver", 0)]),
+        # Generations wrap during the run, with stale tags injected.
+        "wraparound_stale": machine(1, 1, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
+            ("Arm", 0, W), ("Stale", 0, 0, 0), ("Stale", 0, 1, 1),
+            ("Arm", 0, R), ("Levels", 0, RD), ("Stale", 0, 2, 0), ("Deliver", 2),
+            ("Deregister", 0), ("Register", 0), ("Stale", 0, 3, 1),
+            ("Arm", 1, R), ("Accept", 1), ("Deliver", 0)]),
+        # A regular file: always ready, one synthetic event per arm.
+        "regular_file_always_ready": machine(0, 0, [
+            ("Open", 1), ("Register", 0), ("Arm", 0, R), ("Deliver", 0),
+            ("Arm", 0, W), ("Disarm", 0), ("Arm", 0, B), ("Notify",),
+            ("Deliver", 1), ("Deregister", 0)]),
+        # Hang-up while quiet: at most one stale kernel event, nothing delivered.
+        "hangup_while_quiet": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
+            ("Levels", 0, HUP), ("Deliver", 0), ("Deliver", 1), ("Arm", 0, R),
+            ("Deliver", 0)]),
+    },
+    "epoll_real": {
+        "pingpong": vec(REAL, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Deliver",),
+            ("Write", 0, 63), ("Deliver",), ("Read", 0), ("Arm", 0, R),
+            ("Deliver",), ("Write", 0, 1), ("Arm", 0, R), ("Deliver",),
+            ("Deregister", 0)]),
+        "fill_then_drain": vec(REAL, [
+            ("Open", 0), ("Register", 0), ("Fill", 0), ("Arm", 0, W),
+            ("Deliver",), ("DrainPeer", 0), ("Deliver",), ("Arm", 0, B),
+            ("Deliver",)]),
+        "p04_dup_reuses_number": vec(REAL, [
+            ("Open", 0), ("Dup", 0), ("Register", 0), ("Arm", 0, R), ("Close", 0),
+            ("Deregister", 0), ("Dup", 0), ("Register", 0), ("Arm", 1, R),
+            ("Write", 0, 7), ("Deliver",)]),
+        "p05_rearm_after_close_and_reuse": vec(REAL, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Write", 0, 1),
+            ("Deliver",), ("Close", 0), ("Open", 1), ("Arm", 0, R),
+            ("Write", 0, 1), ("Deliver",)]),
+        "dev_null_always_ready": vec(REAL, [
+            ("Open", 3), ("Register", 0), ("Arm", 0, R), ("Deliver",),
+            ("Arm", 0, B), ("Deliver",), ("Arm", 0, W), ("Disarm", 0),
+            ("Deliver",), ("Deregister", 0)]),
+        "hangup_while_quiet": vec(REAL, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
+            ("ClosePeer", 0), ("Deliver",), ("Deliver",), ("Arm", 0, R),
+            ("Deliver",)]),
+        "p10_shutdown_peer": vec(REAL, [
+            ("Open", 0), ("Register", 0), ("Write", 0, 9), ("ShutdownPeer", 0),
+            ("Arm", 0, R), ("Deliver",), ("Read", 0), ("Arm", 0, R),
+            ("Deliver",)]),
+        "pipe_write_end": vec(REAL, [
+            ("Open", 2), ("Register", 0), ("Fill", 0), ("Arm", 0, W),
+            ("Deliver",), ("DrainPeer", 0), ("Deliver",), ("ClosePeer", 0),
+            ("Arm", 0, W), ("Deliver",)]),
+        "p03_dup_outlives_close": vec(REAL, [
+            ("Open", 1), ("Register", 0), ("Arm", 0, R), ("Dup", 0), ("Close", 0),
+            ("Write", 0, 3), ("Deliver",), ("Deliver",), ("Deregister", 0),
+            ("Write", 0, 3), ("Deliver",)]),
+        "notify_coalesces": vec(REAL, [
+            ("Notify",), ("Notify",), ("Deliver",), ("Notify",), ("Deliver",),
+            ("Deliver",)]),
+    },
+    "kqueue_changes": {
+        "add_modify_quiet_delete": vec(KQ, [
+            ("Open", 0), ("Command", 0, 1, 0, 0, R, (1,)), ("Levels", 0, RD),
+            ("Wait",), ("Command", 0, 1, 0, 1, B, (2,)), ("Levels", 0, RD | WR),
+            ("Wait",), ("Command", 0, 1, 0, 2, R, (3,)), ("Wait",),
+            ("Command", 0, 1, 0, 3, R, (3,))]),
+        "closed_and_reused": vec(KQ, [
+            ("Open", 0), ("Dup", 0), ("Command", 0, 0, 0, 0, W, (1,)),
+            ("Close", 0), ("Command", 0, 0, 0, 1, W, (2,)), ("Open", 0),
+            ("Command", 0, 0, 0, 1, W, (2,)), ("Command", 0, 0, 0, 0, W, (2,)),
+            ("Levels", 0, WR), ("Wait",)]),
+        "not_pollable": vec(KQ, [
+            ("Open", 1), ("Command", 0, 0, 0, 0, B, (1,)),
+            ("Command", 0, 0, 0, 2, B, (1,)), ("Command", 0, 0, 0, 3, B, (1,))]),
+    },
+}
+SEEDS["blocking_real"] = SEEDS["epoll_real"]
+
+for target, seeds in SEEDS.items():
+    d = os.path.join(HERE, target)
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)

@@ -1,0 +1,148 @@
+//! The harness behind pollshot's cargo-fuzz targets, shared with the stable
+//! replay test (`tests/fuzz_replay.rs` includes this file with `#[path]`), so a
+//! corpus file or a saved crash runs through exactly the same code on stable.
+//!
+//! Each target takes raw bytes and decodes them with `arbitrary`
+//! (`Unstructured::arbitrary_take_rest`, as `libfuzzer-sys` would):
+//!
+//! - [`state_machine`]: operation sequences from several simulated threads against
+//!   the kernel model (`pollshot::model`) with epoll, kqueue and poll semantics:
+//!   the invariants of [`sim`], epoll/kqueue/poll parity of deliveries, and
+//!   generation wrap-around (registrations start near `u32::MAX`).
+//! - [`epoll_real`] and [`blocking_real`]: the same alphabet on real descriptors
+//!   (socketpairs, pipes, `/dev/null`; writes, reads, close, number reuse, dup)
+//!   through `Poller<Epoll>` and `Poller<Blocking>`, each mirrored by the model
+//!   ([`real`]).
+//! - [`kqueue_changes`]: the command-to-kevent translation against the model's
+//!   kqueue ([`kq`]).
+//!
+//! A failed check panics with the invariant's name: libFuzzer saves the input.
+
+#![allow(clippy::new_without_default)]
+
+#[path = "kq.rs"]
+pub mod kq;
+#[path = "real.rs"]
+pub mod real;
+#[path = "sim.rs"]
+pub mod sim;
+
+use arbitrary::{Arbitrary, Unstructured};
+use pollshot::Interest;
+
+/// Operations per input, at most: keeps each run short.
+pub const MAX_OPS: usize = 256;
+
+/// An interest from any byte.
+pub fn interest(b: u8) -> Interest {
+    Interest::ALL[b as usize % 3]
+}
+
+/// One [`sim::Op`], as `arbitrary` builds it.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+#[allow(missing_docs)]
+pub enum MachineOp {
+    Open { file: bool },
+    Dup { fd: u8 },
+    Close { fd: u8 },
+    Levels { fd: u8, bits: u8 },
+    Register { fd: u8 },
+    Arm { reg: u8, interest: u8 },
+    Disarm { reg: u8 },
+    Deregister { reg: u8 },
+    Wait { thread: u8 },
+    Accept { thread: u8 },
+    Deliver { thread: u8 },
+    Fire { reg: u8, thread: u8 },
+    Stale { reg: u8, back: u8, thread: u8 },
+    Notify,
+}
+
+impl MachineOp {
+    /// The simulator's operation.
+    pub fn op(self) -> sim::Op {
+        use sim::Op;
+        match self {
+            MachineOp::Open { file } => Op::Open { pollable: !file },
+            MachineOp::Dup { fd } => Op::Dup { fd },
+            MachineOp::Close { fd } => Op::Close { fd },
+            MachineOp::Levels { fd, bits } => Op::Levels { fd, bits },
+            MachineOp::Register { fd } => Op::Register { fd },
+            MachineOp::Arm { reg, interest: i } => Op::Arm {
+                reg,
+                interest: interest(i),
+            },
+            MachineOp::Disarm { reg } => Op::Disarm { reg },
+            MachineOp::Deregister { reg } => Op::Deregister { reg },
+            MachineOp::Wait { thread } => Op::Wait { thread },
+            MachineOp::Accept { thread } => Op::Accept { thread },
+            MachineOp::Deliver { thread } => Op::Deliver { thread },
+            MachineOp::Fire { reg, thread } => Op::Fire { reg, thread },
+            MachineOp::Stale { reg, back, thread } => Op::Stale { reg, back, thread },
+            MachineOp::Notify => Op::Notify,
+        }
+    }
+}
+
+/// The `state_machine` input: how far below `u32::MAX` generations start (0 to
+/// 15: they wrap within a few armings; or from 0 when `wrap` is false), then the
+/// operations.
+#[derive(Arbitrary, Debug)]
+pub struct MachineInput {
+    /// Start near `u32::MAX`.
+    pub wrap: bool,
+    /// How far below `u32::MAX` (modulo 16).
+    pub below: u8,
+    /// The operations.
+    pub ops: Vec<MachineOp>,
+}
+
+/// Decodes the whole input as libfuzzer-sys decodes a structured one; `None` when
+/// the bytes do not decode.
+pub fn decode<'a, T: Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
+    T::arbitrary_take_rest(Unstructured::new(data)).ok()
+}
+
+/// Target `state_machine`: see the crate docs and [`sim`].
+pub fn state_machine(data: &[u8]) {
+    let Some(input) = decode::<MachineInput>(data) else {
+        return;
+    };
+    let ops: Vec<sim::Op> = input.ops.iter().take(MAX_OPS).map(|o| o.op()).collect();
+    let start = if input.wrap {
+        u32::MAX - u32::from(input.below % 16)
+    } else {
+        0
+    };
+    sim::run_parity(&ops, start, sim::EpochPolicy::PerSlot);
+}
+
+/// Target `epoll_real`: see [`real`].
+pub fn epoll_real(data: &[u8]) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Some(ops) = decode::<Vec<real::RealOp>>(data) {
+        real::run::<pollshot::backends::Epoll>(
+            pollshot::model::Semantics::Epoll,
+            &ops[..ops.len().min(MAX_OPS)],
+        );
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = data;
+}
+
+/// Target `blocking_real`: see [`real`].
+pub fn blocking_real(data: &[u8]) {
+    if let Some(ops) = decode::<Vec<real::RealOp>>(data) {
+        real::run::<pollshot::backends::Blocking>(
+            pollshot::model::Semantics::Poll,
+            &ops[..ops.len().min(MAX_OPS)],
+        );
+    }
+}
+
+/// Target `kqueue_changes`: see [`kq`].
+pub fn kqueue_changes(data: &[u8]) {
+    if let Some(ops) = decode::<Vec<kq::KqOp>>(data) {
+        kq::run(&ops[..ops.len().min(MAX_OPS)]);
+    }
+}

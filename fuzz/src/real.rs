@@ -1,0 +1,567 @@
+//! The `epoll_real` and `blocking_real` harness: the fuzz alphabet on real
+//! descriptors through a real `Poller<B>`, mirrored step by step by the simulated
+//! poller of [`super::sim`] over the kernel model (epoll semantics for `Epoll`, the
+//! poll set for `Blocking`).
+//!
+//! Descriptors: up to 12 open numbers over socketpairs, pipes (either end
+//! registered) and `/dev/null`; the peer end of each is held apart and never
+//! registered. Operations write and read through the peer or the registered end,
+//! fill and drain send buffers, shut down or close the peer, close, dup and reuse
+//! numbers (the kernel hands out the lowest free one). Before each `deliver` the
+//! model takes the real readiness of every open number from poll(2).
+//!
+//! Checked after every operation:
+//! - the result (Ok, or the error's kind) equals the simulator's;
+//! - with `stats`: every counter moved exactly as the simulator's commands say:
+//!   add/modify/quiet/delete and their `epoll_ctl`s (none on the poll backend),
+//!   fallbacks, synthetic events, stale drops, one wait per `deliver`, one waker
+//!   write per notify that was not pending, one waker read per `deliver` that found
+//!   one pending: the minimum system calls, and nothing else;
+//! - on `deliver` (timeout 0): no event for a dead or idle registration; every
+//!   armed registration whose descriptor poll(2) says ready for its interest (or
+//!   hung up, or in error), and whose number was never closed under it, is
+//!   delivered (no lost wakeup); the events equal the simulator's, readiness
+//!   included; and the simulator's own invariants hold.
+
+use super::sim::{Failure, Sim};
+use arbitrary::Arbitrary;
+use pollshot::model::{Fd, Levels, Semantics};
+use pollshot::{Backend, Events, Interest, Poller, Readiness, Token};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, AsRawFd, OwnedFd};
+use rustix::io::Errno;
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// One operation on real descriptors. `fd` picks among the open numbers, `reg`
+/// among every registration made (dead ones included).
+#[derive(Arbitrary, Clone, Copy, Debug)]
+#[allow(missing_docs)]
+pub enum RealOp {
+    /// 0 socketpair, 1 pipe read end, 2 pipe write end, 3 `/dev/null`.
+    Open {
+        kind: u8,
+    },
+    Dup {
+        fd: u8,
+    },
+    Close {
+        fd: u8,
+    },
+    /// The peer writes `len + 1` bytes: the number becomes readable.
+    Write {
+        fd: u8,
+        len: u8,
+    },
+    /// Read the number until it would block.
+    Read {
+        fd: u8,
+    },
+    /// Write through the number until it would block: not writable.
+    Fill {
+        fd: u8,
+    },
+    /// The peer reads until it would block: writable again.
+    DrainPeer {
+        fd: u8,
+    },
+    /// The peer shuts down its write side (socketpair): read-closed.
+    ShutdownPeer {
+        fd: u8,
+    },
+    /// The peer closes: hang-up (pipe write end: error).
+    ClosePeer {
+        fd: u8,
+    },
+    Register {
+        fd: u8,
+    },
+    Arm {
+        reg: u8,
+        interest: u8,
+    },
+    Disarm {
+        reg: u8,
+    },
+    Deregister {
+        reg: u8,
+    },
+    Deliver,
+    Notify,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Pair,
+    PipeRead,
+    PipeWrite,
+    Null,
+}
+
+struct Obj {
+    kind: Kind,
+    peer: Option<OwnedFd>,
+    peer_shut: bool,
+    /// Open numbers referring to the registered end's description.
+    locals: usize,
+}
+
+struct Local {
+    fd: OwnedFd,
+    obj: usize,
+}
+
+struct Harness<B: Backend> {
+    poller: Poller<B>,
+    sim: Sim,
+    epoll: bool,
+    objs: Vec<Obj>,
+    locals: BTreeMap<Fd, Local>,
+    tokens: Vec<Token>,
+    events: Events,
+    #[cfg(feature = "stats")]
+    last: pollshot::Stats,
+    stale: u64,
+}
+
+fn failure(e: &io::Error) -> Failure {
+    match e.kind() {
+        io::ErrorKind::NotFound => Failure::NotFound,
+        io::ErrorKind::InvalidInput => Failure::BadFd,
+        _ => Failure::Other,
+    }
+}
+
+fn revents(fd: impl AsFd, flags: PollFlags) -> PollFlags {
+    let mut p = [PollFd::new(&fd, flags)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        match rustix::event::poll(&mut p, Some(&zero)) {
+            Ok(_) => return p[0].revents(),
+            Err(Errno::INTR) => continue,
+            Err(e) => panic!("poll: {e}"),
+        }
+    }
+}
+
+fn drain(fd: impl AsFd) {
+    let mut buf = [0u8; 65536];
+    for _ in 0..64 {
+        match rustix::io::read(&fd, &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+fn fill(fd: impl AsFd) {
+    let buf = [7u8; 65536];
+    for _ in 0..64 {
+        if rustix::io::write(&fd, &buf).is_err() {
+            return;
+        }
+    }
+}
+
+fn nonblocking(fd: &OwnedFd) {
+    rustix::io::ioctl_fionbio(fd, true).expect("FIONBIO");
+}
+
+impl<B: Backend> Harness<B> {
+    fn new(semantics: Semantics) -> Harness<B> {
+        let poller = Poller::<B>::with_backend().expect("poller");
+        Harness {
+            #[cfg(feature = "stats")]
+            last: poller.stats(),
+            poller,
+            // The Poller's own start generation and epoch policy.
+            sim: Sim::new(semantics, 0, super::sim::EpochPolicy::GlobalMax),
+            epoll: semantics == Semantics::Epoll,
+            objs: Vec::new(),
+            locals: BTreeMap::new(),
+            tokens: Vec::new(),
+            events: Events::with_capacity(64),
+            stale: 0,
+        }
+    }
+
+    fn pick_fd(&self, i: u8) -> Option<Fd> {
+        let n = self.locals.len();
+        (n > 0).then(|| *self.locals.keys().nth(i as usize % n).unwrap())
+    }
+
+    fn pick_reg(&self, i: u8) -> Option<usize> {
+        let n = self.tokens.len();
+        (n > 0).then_some(i as usize % n)
+    }
+
+    fn obj_of(&mut self, fd: u8) -> Option<&mut Obj> {
+        let fd = self.pick_fd(fd)?;
+        let o = self.locals[&fd].obj;
+        Some(&mut self.objs[o])
+    }
+
+    fn open(&mut self, kind: u8) {
+        if self.locals.len() >= 12 {
+            return;
+        }
+        let kind = [Kind::Pair, Kind::PipeRead, Kind::PipeWrite, Kind::Null][kind as usize % 4];
+        let (local, peer) = match kind {
+            Kind::Pair => {
+                let (a, b) = UnixStream::pair().expect("socketpair");
+                (OwnedFd::from(a), Some(OwnedFd::from(b)))
+            }
+            Kind::PipeRead | Kind::PipeWrite => {
+                let (r, w) =
+                    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+                if kind == Kind::PipeRead {
+                    (r, Some(w))
+                } else {
+                    (w, Some(r))
+                }
+            }
+            Kind::Null => {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")
+                    .expect("/dev/null");
+                (OwnedFd::from(f), None)
+            }
+        };
+        nonblocking(&local);
+        if let Some(p) = &peer {
+            nonblocking(p);
+        }
+        let fd = local.as_raw_fd();
+        self.sim
+            .model_mut()
+            .open_at(fd, kind != Kind::Null)
+            .expect("the kernel handed out a number the model has open");
+        self.objs.push(Obj {
+            kind,
+            peer,
+            peer_shut: false,
+            locals: 1,
+        });
+        self.locals.insert(
+            fd,
+            Local {
+                fd: local,
+                obj: self.objs.len() - 1,
+            },
+        );
+    }
+
+    fn dup(&mut self, fd: u8) {
+        let Some(fd) = self.pick_fd(fd) else { return };
+        if self.locals.len() >= 12 {
+            return;
+        }
+        let l = &self.locals[&fd];
+        let new = rustix::io::fcntl_dupfd_cloexec(&l.fd, 0).expect("dup");
+        let obj = l.obj;
+        let n = new.as_raw_fd();
+        self.sim
+            .model_mut()
+            .dup_to(fd, n)
+            .expect("the kernel handed out a number the model has open");
+        self.objs[obj].locals += 1;
+        self.locals.insert(n, Local { fd: new, obj });
+    }
+
+    fn close(&mut self, fd: u8) {
+        let Some(fd) = self.pick_fd(fd) else { return };
+        let l = self.locals.remove(&fd).unwrap();
+        self.objs[l.obj].locals -= 1;
+        drop(l.fd);
+        self.sim.close(fd);
+    }
+
+    fn io(&mut self, op: RealOp) {
+        let byte = [1u8; 256];
+        match op {
+            RealOp::Write { fd, len } => {
+                if let Some(o) = self.obj_of(fd) {
+                    if matches!(o.kind, Kind::Pair | Kind::PipeRead) && !o.peer_shut && o.locals > 0
+                    {
+                        if let Some(p) = &o.peer {
+                            let _ = rustix::io::write(p, &byte[..=len as usize]);
+                        }
+                    }
+                }
+            }
+            RealOp::Read { fd } => {
+                if let Some(fd) = self.pick_fd(fd) {
+                    let l = &self.locals[&fd];
+                    if matches!(self.objs[l.obj].kind, Kind::Pair | Kind::PipeRead) {
+                        drain(&l.fd);
+                    }
+                }
+            }
+            RealOp::Fill { fd } => {
+                if let Some(fd) = self.pick_fd(fd) {
+                    let l = &self.locals[&fd];
+                    let o = &self.objs[l.obj];
+                    // Never write towards a closed reader (EPIPE, SIGPIPE).
+                    if matches!(o.kind, Kind::Pair | Kind::PipeWrite) && o.peer.is_some() {
+                        fill(&l.fd);
+                    }
+                }
+            }
+            RealOp::DrainPeer { fd } => {
+                if let Some(o) = self.obj_of(fd) {
+                    if matches!(o.kind, Kind::Pair | Kind::PipeWrite) {
+                        if let Some(p) = &o.peer {
+                            drain(p);
+                        }
+                    }
+                }
+            }
+            RealOp::ShutdownPeer { fd } => {
+                if let Some(o) = self.obj_of(fd) {
+                    if o.kind == Kind::Pair && !o.peer_shut {
+                        if let Some(p) = o.peer.take() {
+                            let s = UnixStream::from(p);
+                            s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+                            o.peer = Some(OwnedFd::from(s));
+                            o.peer_shut = true;
+                        }
+                    }
+                }
+            }
+            RealOp::ClosePeer { fd } => {
+                if let Some(o) = self.obj_of(fd) {
+                    o.peer = None;
+                }
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// The model takes every open number's readiness from poll(2).
+    fn sync_levels(&mut self) {
+        for (&fd, l) in &self.locals {
+            let r = revents(&l.fd, PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP);
+            let levels = Levels {
+                readable: r.contains(PollFlags::IN),
+                writable: r.contains(PollFlags::OUT),
+                read_closed: r.contains(PollFlags::RDHUP),
+                hang_up: r.contains(PollFlags::HUP),
+                error: r.contains(PollFlags::ERR),
+            };
+            self.sim.set_levels(fd, levels);
+        }
+    }
+
+    fn same(&self, what: &str, real: io::Result<()>, sim: Result<(), Failure>) {
+        let real = real.as_ref().map(drop).map_err(failure);
+        assert_eq!(
+            real, sim,
+            "{what}: the poller answered {real:?}, the model {sim:?}"
+        );
+    }
+
+    /// With `stats`: the counters moved exactly as the simulator says.
+    #[cfg(feature = "stats")]
+    fn counters(&mut self, what: &str, waits: u64, wakes: u64, wake_reads: u64) {
+        use pollshot::model::Command;
+        let now = self.poller.stats();
+        let d = now.since(&self.last);
+        self.last = now;
+        let cmds = &self.sim.commands;
+        let count = |f: fn(&Command) -> bool| cmds.iter().filter(|c| f(&c.command)).count() as u64;
+        let fb = self.sim.fallbacks;
+        let stale = self.sim.stale - self.stale;
+        self.stale = self.sim.stale;
+        let want = pollshot::Stats {
+            adds: count(|c| matches!(c, Command::Add(..))),
+            modifies: count(|c| matches!(c, Command::Modify(..))),
+            quiets: count(|c| matches!(c, Command::Quiet(_))),
+            deletes: count(|c| matches!(c, Command::Delete)),
+            ctl_calls: if self.epoll { cmds.len() as u64 } else { 0 },
+            waits,
+            wakes,
+            wake_reads,
+            not_found_to_add: fb.not_found_to_add as u64,
+            exists_to_modify: fb.exists_to_modify as u64,
+            not_pollable: fb.not_pollable as u64,
+            synthetic: self.sim.synthetic_queued,
+            stale,
+        };
+        assert_eq!(
+            d, want,
+            "{what}: counters moved by {d:?}, the minimum is {want:?}"
+        );
+    }
+
+    #[cfg(not(feature = "stats"))]
+    fn counters(&mut self, _: &str, _: u64, _: u64, _: u64) {
+        self.stale = self.sim.stale;
+    }
+
+    fn deliver(&mut self) {
+        self.sync_levels();
+        // Before: which registrations are live and armed, and which of those the
+        // kernel says are ready.
+        let owners = self.sim.owners().to_vec();
+        let mut due = Vec::new();
+        for (o, ow) in owners.iter().enumerate() {
+            let Some((interest, _)) = ow.spec else {
+                continue;
+            };
+            if !ow.alive || ow.tainted {
+                continue;
+            }
+            let l = &self.locals[&ow.fd];
+            let ready = self.objs[l.obj].kind == Kind::Null || {
+                let mut f = PollFlags::empty();
+                if interest.is_readable() {
+                    f |= PollFlags::IN;
+                }
+                if interest.is_writable() {
+                    f |= PollFlags::OUT;
+                }
+                !revents(&l.fd, f).is_empty()
+            };
+            if ready {
+                due.push(o);
+            }
+        }
+        let pending = self.sim.model().is_notified();
+        let n = self
+            .poller
+            .deliver(&mut self.events, Some(Duration::ZERO))
+            .expect("deliver");
+        assert_eq!(n, self.events.len());
+        let mut real: Vec<(usize, Readiness)> = Vec::new();
+        for ev in self.events.iter() {
+            let o = self
+                .tokens
+                .iter()
+                .position(|&t| t == ev.token())
+                .expect("an event for a token never handed out");
+            let ow = &owners[o];
+            assert!(ow.alive, "an event for dead registration {o}: {ev:?}");
+            assert!(
+                ow.spec.is_some(),
+                "an event for idle registration {o}: {ev:?}"
+            );
+            real.push((o, ev_readiness(ev)));
+        }
+        for o in &due {
+            assert!(
+                real.iter().any(|(r, _)| r == o),
+                "lost wakeup: registration {o} ({:?}) is armed and its descriptor ready, not delivered: {real:?}",
+                owners[*o]
+            );
+        }
+        let mut sim: Vec<(usize, Readiness)> = self
+            .sim
+            .deliver(0)
+            .iter()
+            .map(|d| (d.owner, d.readiness))
+            .collect();
+        real.sort_by_key(|e| e.0);
+        sim.sort_by_key(|e| e.0);
+        assert_eq!(
+            real, sim,
+            "deliver: the poller delivered {real:?}, the model {sim:?}"
+        );
+        self.counters("deliver", 1, 0, pending as u64);
+    }
+
+    fn step(&mut self, op: RealOp) {
+        match op {
+            RealOp::Open { kind } => self.open(kind),
+            RealOp::Dup { fd } => self.dup(fd),
+            RealOp::Close { fd } => self.close(fd),
+            RealOp::Write { .. }
+            | RealOp::Read { .. }
+            | RealOp::Fill { .. }
+            | RealOp::DrainPeer { .. }
+            | RealOp::ShutdownPeer { .. }
+            | RealOp::ClosePeer { .. } => self.io(op),
+            RealOp::Register { fd } => {
+                let Some(fd) = self.pick_fd(fd) else { return };
+                let token = self
+                    .poller
+                    .register(&self.locals[&fd].fd)
+                    .expect("register");
+                let owner = self.sim.register(fd);
+                assert_eq!(owner, self.tokens.len());
+                self.tokens.push(token);
+                self.counters("register", 0, 0, 0);
+            }
+            RealOp::Arm { reg, interest } => {
+                let Some(o) = self.pick_reg(reg) else { return };
+                let i: Interest = super::interest(interest);
+                let pending = self.sim.model().is_notified();
+                let real = self.poller.arm(self.tokens[o], i);
+                let sim = self.sim.arm(o, i);
+                self.same("arm", real, sim);
+                let wakes = (self.sim.synthetic_queued > 0 && !pending) as u64;
+                self.counters("arm", 0, wakes, 0);
+            }
+            RealOp::Disarm { reg } => {
+                let Some(o) = self.pick_reg(reg) else { return };
+                let real = self.poller.disarm(self.tokens[o]);
+                let sim = self.sim.disarm(o);
+                self.same("disarm", real, sim);
+                self.counters("disarm", 0, 0, 0);
+            }
+            RealOp::Deregister { reg } => {
+                let Some(o) = self.pick_reg(reg) else { return };
+                let real = self.poller.deregister(self.tokens[o]);
+                let sim = self.sim.deregister(o);
+                self.same("deregister", real, sim);
+                self.counters("deregister", 0, 0, 0);
+            }
+            RealOp::Deliver => self.deliver(),
+            RealOp::Notify => {
+                self.poller.notify().expect("notify");
+                let pending = self.sim.notify();
+                self.counters("notify", 0, (!pending) as u64, 0);
+            }
+        }
+        self.sim.check();
+    }
+}
+
+fn ev_readiness(ev: &pollshot::Event) -> Readiness {
+    let mut r = Readiness::EMPTY;
+    for (on, bit) in [
+        (ev.is_readable(), Readiness::READABLE),
+        (ev.is_writable(), Readiness::WRITABLE),
+        (ev.is_read_closed(), Readiness::READ_CLOSED),
+        (ev.is_write_closed(), Readiness::WRITE_CLOSED),
+        (ev.is_error(), Readiness::ERROR),
+    ] {
+        if on {
+            r.insert(bit);
+        }
+    }
+    r
+}
+
+/// Runs `ops` on a real `Poller<B>` mirrored by a model with `semantics`, then
+/// one last `deliver`. Panics on the first difference.
+///
+/// The model mirrors the process's descriptor numbers, so nothing else may open
+/// or close descriptors meanwhile: runs in one process are serialised.
+pub fn run<B: Backend>(semantics: Semantics, ops: &[RealOp]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut h = Harness::<B>::new(semantics);
+    for &op in ops {
+        h.step(op);
+    }
+    h.step(RealOp::Deliver);
+}

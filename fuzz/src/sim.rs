@@ -1,0 +1,1081 @@
+//! A simulated poller: the table of `pollshot::Poller` (slots, incarnations, start
+//! generations, the synthetic queue, the acceptance check of `deliver`) driving
+//! `pollshot::state::RegState` against `pollshot::model::Model`, with the core
+//! invariants checked after every operation. Pure: no system call.
+//!
+//! Several simulated threads share the table. A thread's `Wait` takes what the
+//! kernel reports into its own buffer; its `Accept` later checks that buffer
+//! against the table. Anything may happen in between (another thread disarms,
+//! re-arms, deregisters, registers a reused number), which is where stale tags
+//! and in-flight deliveries come from.
+//!
+//! Invariants (a panic names the one broken):
+//! - (a) the kernel's state equals the table's after every operation, for every
+//!   live registration whose descriptor number was never closed under it;
+//! - (b) an accepted event was armed by the registration it is delivered to, for
+//!   its current arming (ground truth: the model's `Origin`, not the tags);
+//! - (c) at most one delivery per arming;
+//! - (d) a `Deliver` delivers every armed registration whose description is ready
+//!   (unless an event for it is already in some thread's hands);
+//! - (e) no kernel command where none is needed: arm of a registration armed for
+//!   the same interest and disarm of an idle one issue none; any other arm issues
+//!   one, or two when the kernel's answer forced a fallback; a disarm one; a
+//!   deregistration one exactly when the kernel holds the descriptor.
+//!
+//! Parity ([`run_parity`]): the same operations run on epoll, kqueue and poll
+//! semantics must deliver the same armings at the same operations, and give the
+//! same results, for every registration that was not left behind by a close
+//! (tainted) or raced on kqueue (see [`Owner::raced`]).
+
+use pollshot::model::{
+    Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, Semantics,
+};
+use pollshot::state::{Armed, Fallbacks, KernelError, Phase, RegState};
+use pollshot::{Interest, RawEvent, Readiness};
+use std::collections::BTreeMap;
+
+/// Simulated threads.
+pub const THREADS: usize = 3;
+
+/// One operation of the alphabet. `fd` picks among the open descriptor numbers
+/// (modulo their count), `reg` among every registration made so far, dead ones
+/// included (modulo their count), `thread` among [`THREADS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Open a new description at the lowest free number (reusing numbers).
+    Open {
+        /// `false`: a regular file (the kernel refuses to poll it).
+        pollable: bool,
+    },
+    /// dup(2) an open number to the lowest free one.
+    Dup {
+        /// Which open number.
+        fd: u8,
+    },
+    /// close(2) an open number, registered or not.
+    Close {
+        /// Which open number.
+        fd: u8,
+    },
+    /// Set the readiness of the description behind an open number.
+    Levels {
+        /// Which open number.
+        fd: u8,
+        /// [`Levels::from_bits`].
+        bits: u8,
+    },
+    /// Register an open number (superseding a registration of the same number).
+    Register {
+        /// Which open number.
+        fd: u8,
+    },
+    /// Arm a registration.
+    Arm {
+        /// Which registration.
+        reg: u8,
+        /// For what.
+        interest: Interest,
+    },
+    /// Disarm a registration.
+    Disarm {
+        /// Which registration.
+        reg: u8,
+    },
+    /// Deregister a registration.
+    Deregister {
+        /// Which registration.
+        reg: u8,
+    },
+    /// A thread's kernel wait: what is ready goes into its buffer.
+    Wait {
+        /// Which thread.
+        thread: u8,
+    },
+    /// A thread checks its buffer against the table.
+    Accept {
+        /// Which thread.
+        thread: u8,
+    },
+    /// A whole `deliver` by one thread, checking that no readiness is lost.
+    Deliver {
+        /// Which thread.
+        thread: u8,
+    },
+    /// The kernel reports a registration's arming now, whatever the levels (to a
+    /// thread's buffer): a current tag.
+    Fire {
+        /// Which registration.
+        reg: u8,
+        /// Which thread.
+        thread: u8,
+    },
+    /// A kernel event for a registration's slot with a stale tag (an older
+    /// generation, or the incarnation of an earlier registration of the slot).
+    Stale {
+        /// Which registration.
+        reg: u8,
+        /// How far back.
+        back: u8,
+        /// Which thread.
+        thread: u8,
+    },
+    /// `notify`.
+    Notify,
+}
+
+/// Why an operation failed, comparable across semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The token names no live registration.
+    NotFound,
+    /// The descriptor number is closed (EBADF).
+    BadFd,
+    /// Another kernel refusal.
+    Other,
+}
+
+fn failure(e: &KernelError) -> Failure {
+    match e {
+        KernelError::BadFd => Failure::BadFd,
+        KernelError::NotFound => Failure::NotFound,
+        _ => Failure::Other,
+    }
+}
+
+/// One delivered event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The registration.
+    pub owner: usize,
+    /// The arming it completed (the driver's count, 1 for the first).
+    pub arming: u64,
+    /// What was reported (merged over kqueue filters).
+    pub readiness: Readiness,
+}
+
+/// What a registration's history records, for parity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logged {
+    /// An arm, disarm or deregister at operation `.0` and its result.
+    Result(usize, Result<(), Failure>),
+    /// A delivery at operation `.0` of arming `.1`.
+    Delivered(usize, u64),
+}
+
+/// Everything known about one registration, live or dead.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    /// The descriptor number it was registered with.
+    pub fd: Fd,
+    /// Its slot in the table.
+    pub slot: u32,
+    /// Its incarnation.
+    pub incarnation: u32,
+    /// Not yet deregistered or superseded.
+    pub alive: bool,
+    /// Its number was closed while it was registered: the kernel may hold an
+    /// orphan (epoll) or nothing (kqueue), so (a), (d) and parity skip it.
+    pub tainted: bool,
+    /// kqueue only: it was delivered by an event of an earlier arming that was in
+    /// a thread's hands across a disarm and re-arm (udata cannot tell armings
+    /// apart), or its two filters fired to two threads. Parity skips it.
+    pub raced: bool,
+    /// The arming in force: interest and number.
+    pub spec: Option<(Interest, u64)>,
+    armings: u64,
+    /// Armings delivered.
+    pub delivered: Vec<u64>,
+    /// Its generation when it died.
+    pub last_generation: u32,
+    /// Its history.
+    pub log: Vec<Logged>,
+}
+
+struct Entry {
+    fd: Fd,
+    owner: usize,
+    incarnation: u32,
+    state: RegState,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Flight {
+    ev: ModelEvent,
+    synthetic: bool,
+    fabricated: bool,
+}
+
+/// How a new registration's first generation is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochPolicy {
+    /// Above the last generation of the slot's previous registration (wrap-safe:
+    /// a tag carries the slot, so only that slot's stale tags matter).
+    PerSlot,
+    /// `Poller` as of this writing: the highest generation any freed
+    /// registration reached (`fetch_max`), which stops advancing once a
+    /// generation wraps.
+    GlobalMax,
+}
+
+/// The simulated poller. See the module docs.
+pub struct Sim {
+    model: Model,
+    policy: EpochPolicy,
+    start: u32,
+    epoch: u32,
+    slot_epoch: Vec<u32>,
+    /// Per slot: the last stamps the kernel took (epoll and poll: the generations
+    /// of commands that succeeded and of synthetic events; kqueue: incarnations).
+    slot_stamps: Vec<Vec<u32>>,
+    slots: Vec<Option<Entry>>,
+    by_fd: BTreeMap<Fd, usize>,
+    incarnations: u32,
+    synthetic: Vec<Flight>,
+    threads: [Vec<Flight>; THREADS],
+    owners: Vec<Owner>,
+    op: usize,
+    /// Events dropped as stale.
+    pub stale: u64,
+    /// Commands of the last operation.
+    pub commands: Vec<CommandRecord>,
+    /// Fallbacks taken by the last operation.
+    pub fallbacks: Fallbacks,
+    /// Synthetic events queued by the last operation.
+    pub synthetic_queued: u64,
+}
+
+fn synthetic_readiness(interest: Interest) -> Readiness {
+    let mut r = Readiness::EMPTY;
+    if interest.is_readable() {
+        r.insert(Readiness::READABLE);
+    }
+    if interest.is_writable() {
+        r.insert(Readiness::WRITABLE);
+    }
+    r
+}
+
+impl Sim {
+    /// An empty poller on a model with `semantics`; every slot's first
+    /// registration starts at generation `start` (its first arming is `start + 1`).
+    pub fn new(semantics: Semantics, start: u32, policy: EpochPolicy) -> Sim {
+        Sim {
+            model: Model::new(semantics),
+            policy,
+            start,
+            epoch: start,
+            slot_epoch: Vec::new(),
+            slot_stamps: Vec::new(),
+            slots: Vec::new(),
+            by_fd: BTreeMap::new(),
+            incarnations: 0,
+            synthetic: Vec::new(),
+            threads: Default::default(),
+            owners: Vec::new(),
+            op: 0,
+            stale: 0,
+            commands: Vec::new(),
+            fallbacks: Fallbacks::default(),
+            synthetic_queued: 0,
+        }
+    }
+
+    /// The kernel.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The kernel, to mirror descriptor changes made elsewhere.
+    pub fn model_mut(&mut self) -> &mut Model {
+        &mut self.model
+    }
+
+    /// Every registration made so far.
+    pub fn owners(&self) -> &[Owner] {
+        &self.owners
+    }
+
+    /// The live registration of `owner`: its state.
+    pub fn state(&self, owner: usize) -> Option<RegState> {
+        let o = self.owners.get(owner)?;
+        if !o.alive {
+            return None;
+        }
+        self.slots[o.slot as usize].as_ref().map(|e| e.state)
+    }
+
+    fn sem(&self) -> Semantics {
+        self.model.semantics()
+    }
+
+    fn begin(&mut self) {
+        self.commands.clear();
+        self.fallbacks = Fallbacks::default();
+        self.synthetic_queued = 0;
+    }
+
+    /// Opens a description at the lowest free number.
+    pub fn open(&mut self, pollable: bool) -> Fd {
+        self.model.open(pollable)
+    }
+
+    /// The number `fd` is closed: a registration on it is tainted.
+    pub fn close(&mut self, fd: Fd) {
+        if self.model.close(fd).is_ok() {
+            if let Some(&slot) = self.by_fd.get(&fd) {
+                let owner = self.slots[slot].as_ref().map(|e| e.owner);
+                if let Some(o) = owner {
+                    self.owners[o].tainted = true;
+                }
+            }
+        }
+    }
+
+    /// Sets the levels of the description behind `fd` (a closed `fd` is ignored).
+    pub fn set_levels(&mut self, fd: Fd, levels: Levels) {
+        if let Some(d) = self.model.description(fd) {
+            self.model.set_levels(d, levels);
+        }
+    }
+
+    fn free(&mut self, slot: usize) -> Result<(), Failure> {
+        let mut entry = self.slots[slot].take().expect("free of an empty slot");
+        if self.by_fd.get(&entry.fd) == Some(&slot) {
+            self.by_fd.remove(&entry.fd);
+        }
+        let owed = entry.state.in_kernel();
+        let origin = Origin {
+            owner: entry.owner as u64,
+            arming: 0,
+        };
+        let r = entry.state.deregister(&mut self.model.kernel(
+            entry.fd,
+            slot as u32,
+            entry.incarnation,
+            origin,
+        ));
+        let cmds = self.model.take_commands();
+        assert_eq!(
+            cmds.len(),
+            owed as usize,
+            "(e) deregister issued {cmds:?}; the kernel held it: {owed}"
+        );
+        if owed {
+            assert_eq!(cmds[0].command, Command::Delete);
+        }
+        self.commands.extend(cmds);
+        let g = entry.state.generation();
+        self.epoch = self.epoch.max(g);
+        self.slot_epoch[slot] = g;
+        let o = &mut self.owners[entry.owner];
+        o.alive = false;
+        o.spec = None;
+        o.last_generation = g;
+        r.map(drop).map_err(|e| failure(&e))
+    }
+
+    /// Registers the open number `fd`, superseding a registration of the same
+    /// number as `Poller::register` does. Returns the new registration.
+    pub fn register(&mut self, fd: Fd) -> usize {
+        self.begin();
+        if let Some(&old) = self.by_fd.get(&fd) {
+            let owner = self.slots[old].as_ref().map(|e| e.owner).unwrap();
+            let r = self.free(old);
+            let op = self.op;
+            self.owners[owner].log.push(Logged::Result(op, r));
+        }
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slot_epoch.push(self.start);
+                self.slot_stamps.push(Vec::new());
+                self.slots.len() - 1
+            }
+        };
+        let start = match self.policy {
+            EpochPolicy::PerSlot => self.slot_epoch[slot],
+            EpochPolicy::GlobalMax => self.epoch,
+        };
+        let incarnation = self.incarnations;
+        self.incarnations = self.incarnations.wrapping_add(1);
+        if !self.sem().tag_is_generation() {
+            self.note_stamp(slot, Model::kqueue_stamp(incarnation));
+        }
+        let owner = self.owners.len();
+        self.owners.push(Owner {
+            fd,
+            slot: slot as u32,
+            incarnation,
+            alive: true,
+            tainted: false,
+            raced: false,
+            spec: None,
+            armings: 0,
+            delivered: Vec::new(),
+            last_generation: start,
+            log: Vec::new(),
+        });
+        self.slots[slot] = Some(Entry {
+            fd,
+            owner,
+            incarnation,
+            state: RegState::new(start),
+        });
+        self.by_fd.insert(fd, slot);
+        owner
+    }
+
+    fn note_stamp(&mut self, slot: usize, stamp: u32) {
+        let h = &mut self.slot_stamps[slot];
+        if h.last() != Some(&stamp) {
+            if h.len() == 8 {
+                h.remove(0);
+            }
+            h.push(stamp);
+        }
+    }
+
+    fn note_commands(&mut self, slot: usize) {
+        if !self.sem().tag_is_generation() {
+            return;
+        }
+        let gens: Vec<u32> = self
+            .commands
+            .iter()
+            .filter(|c| c.error.is_none())
+            .filter_map(|c| match c.command {
+                Command::Add(_, g) | Command::Modify(_, g) | Command::Quiet(g) => Some(g),
+                Command::Delete => None,
+            })
+            .collect();
+        for g in gens {
+            self.note_stamp(slot, g);
+        }
+    }
+
+    fn live(&self, owner: usize) -> Option<usize> {
+        let o = self.owners.get(owner)?;
+        o.alive.then_some(o.slot as usize)
+    }
+
+    fn log(&mut self, owner: usize, r: Result<(), Failure>) -> Result<(), Failure> {
+        let op = self.op;
+        if let Some(o) = self.owners.get_mut(owner) {
+            o.log.push(Logged::Result(op, r));
+        }
+        r
+    }
+
+    /// `Poller::arm`.
+    pub fn arm(&mut self, owner: usize, interest: Interest) -> Result<(), Failure> {
+        self.begin();
+        let Some(slot) = self.live(owner) else {
+            return self.log(owner, Err(Failure::NotFound));
+        };
+        let o = &self.owners[owner];
+        let spec = o.spec;
+        let renew = spec.map(|(i, _)| i) != Some(interest);
+        let arming = match spec {
+            Some((_, n)) if !renew => n,
+            _ => o.armings + 1,
+        };
+        let entry = self.slots[slot].as_mut().unwrap();
+        let before = entry.state;
+        let origin = Origin {
+            owner: owner as u64,
+            arming,
+        };
+        let mut fb = Fallbacks::default();
+        let r = entry.state.arm(
+            interest,
+            &mut self
+                .model
+                .kernel(entry.fd, slot as u32, entry.incarnation, origin),
+            &mut fb,
+        );
+        let after = entry.state;
+        let cmds = self.model.take_commands();
+        self.fallbacks = fb;
+        let first_ok = match before.phase() {
+            Phase::Fresh => {
+                matches!(cmds.first(), Some(CommandRecord { command: Command::Add(i, _), .. }) if *i == interest)
+            }
+            _ => {
+                matches!(cmds.first(), Some(CommandRecord { command: Command::Modify(i, _), .. }) if *i == interest)
+            }
+        };
+        let result = match r {
+            Ok(Armed::Unchanged) => {
+                assert!(
+                    cmds.is_empty(),
+                    "(e) arm of an armed registration issued {cmds:?}"
+                );
+                assert!(
+                    !renew,
+                    "arm reported unchanged but the arming {spec:?} is not for {interest:?}"
+                );
+                Ok(())
+            }
+            Ok(Armed::Kernel) => {
+                assert!(renew, "(e) arm for the interest in force issued {cmds:?}");
+                assert!(first_ok, "arm from {:?} issued {cmds:?}", before.phase());
+                let fallback =
+                    cmds.len() == 2 && matches!(cmds[0].error, Some(Errno::NoEnt | Errno::Exist));
+                assert!(cmds.len() == 1 || fallback, "(e) arm issued {cmds:?}");
+                assert_eq!(cmds.last().unwrap().error, None);
+                self.set_spec(owner, Some((interest, arming)));
+                Ok(())
+            }
+            Ok(Armed::Synthetic) => {
+                assert!(
+                    renew,
+                    "(e) arm for the interest in force queued a synthetic event"
+                );
+                if before.is_always_ready() {
+                    assert!(
+                        cmds.is_empty(),
+                        "(e) arm of an always-ready registration issued {cmds:?}"
+                    );
+                } else {
+                    assert!(first_ok && cmds.len() <= 2, "arm issued {cmds:?}");
+                    assert!(matches!(
+                        cmds.last().unwrap().error,
+                        Some(Errno::Perm | Errno::Inval)
+                    ));
+                }
+                self.set_spec(owner, Some((interest, arming)));
+                self.synthetic.push(Flight {
+                    ev: ModelEvent {
+                        raw: RawEvent {
+                            slot: slot as u32,
+                            stamp: after.generation(),
+                            readiness: synthetic_readiness(interest),
+                        },
+                        origin,
+                        filter: None,
+                    },
+                    synthetic: true,
+                    fabricated: false,
+                });
+                self.synthetic_queued += 1;
+                // Poller::arm notifies so that a blocked waiter sees the event.
+                self.model.notify();
+                Ok(())
+            }
+            Err(e) => {
+                assert_eq!(before, after, "a failed arm ({e:?}) changed the state");
+                Err(failure(&e))
+            }
+        };
+        self.commands = cmds;
+        self.note_commands(slot);
+        if self.synthetic_queued > 0 && self.sem().tag_is_generation() {
+            self.note_stamp(slot, after.generation());
+        }
+        self.log(owner, result)
+    }
+
+    fn set_spec(&mut self, owner: usize, spec: Option<(Interest, u64)>) {
+        let o = &mut self.owners[owner];
+        if let Some((_, n)) = spec {
+            o.armings = o.armings.max(n);
+        }
+        o.spec = spec;
+    }
+
+    /// `Poller::disarm`.
+    pub fn disarm(&mut self, owner: usize) -> Result<(), Failure> {
+        self.begin();
+        let Some(slot) = self.live(owner) else {
+            return self.log(owner, Err(Failure::NotFound));
+        };
+        let spec = self.owners[owner].spec;
+        let entry = self.slots[slot].as_mut().unwrap();
+        let before = entry.state;
+        let origin = Origin {
+            owner: owner as u64,
+            arming: 0,
+        };
+        let r = entry.state.disarm(&mut self.model.kernel(
+            entry.fd,
+            slot as u32,
+            entry.incarnation,
+            origin,
+        ));
+        let after = entry.state;
+        let cmds = self.model.take_commands();
+        match spec {
+            None => assert!(
+                cmds.is_empty(),
+                "(e) disarm of an idle registration issued {cmds:?}"
+            ),
+            Some(_) => {
+                let want = usize::from(!before.is_always_ready());
+                assert_eq!(cmds.len(), want, "(e) disarm issued {cmds:?}");
+                if want == 1 {
+                    assert!(matches!(cmds[0].command, Command::Quiet(_)));
+                }
+            }
+        }
+        if !matches!(after.phase(), Phase::Armed(_)) {
+            self.set_spec(owner, None);
+        }
+        self.commands = cmds;
+        self.note_commands(slot);
+        let r = r.map(drop).map_err(|e| failure(&e));
+        self.log(owner, r)
+    }
+
+    /// `Poller::deregister`.
+    pub fn deregister(&mut self, owner: usize) -> Result<(), Failure> {
+        self.begin();
+        let Some(slot) = self.live(owner) else {
+            return self.log(owner, Err(Failure::NotFound));
+        };
+        let r = self.free(slot);
+        self.log(owner, r)
+    }
+
+    /// `Poller::notify`; returns whether one was already pending.
+    pub fn notify(&mut self) -> bool {
+        self.begin();
+        self.model.notify()
+    }
+
+    fn in_flight(&self) -> impl Iterator<Item = &Flight> {
+        self.threads.iter().flatten().chain(self.synthetic.iter())
+    }
+
+    /// Adds kernel events to a thread's buffer, noting kqueue's split races.
+    fn take_into(&mut self, thread: usize, events: Vec<ModelEvent>) {
+        for ev in events {
+            if self.sem().split_filters() {
+                let other_thread = self.threads.iter().enumerate().any(|(t, buf)| {
+                    t != thread
+                        && buf.iter().any(|f| {
+                            !f.synthetic
+                                && f.ev.raw.slot == ev.raw.slot
+                                && f.ev.raw.stamp == ev.raw.stamp
+                        })
+                });
+                if other_thread {
+                    if let Some(Some(e)) = self.slots.get(ev.raw.slot as usize) {
+                        let o = e.owner;
+                        self.owners[o].raced = true;
+                    }
+                }
+            }
+            self.threads[thread].push(Flight {
+                ev,
+                synthetic: false,
+                fabricated: false,
+            });
+        }
+    }
+
+    /// A thread's kernel wait (the first half of `deliver`): synthetic events
+    /// first, then what the kernel reports. A thread still holding events from
+    /// its last wait checks them first.
+    pub fn wait(&mut self, thread: usize) -> Vec<Delivery> {
+        let earlier = self.accept(thread);
+        self.begin();
+        let synthetic = std::mem::take(&mut self.synthetic);
+        self.threads[thread].extend(synthetic);
+        let events = self.model.wait(usize::MAX);
+        self.take_into(thread, events);
+        earlier
+    }
+
+    /// The kernel reports live `owner`'s arming now to `thread` (see
+    /// [`Model::force_report`]); nothing for a dead one.
+    pub fn fire(&mut self, owner: usize, thread: usize) -> Vec<Delivery> {
+        let earlier = self.accept(thread);
+        let o = &self.owners[owner];
+        // A description the kernel cannot poll is always ready: nothing comes and goes.
+        if !o.alive
+            || self
+                .model
+                .description(o.fd)
+                .is_some_and(|d| !self.model.is_pollable(d))
+        {
+            return earlier;
+        }
+        if let Some(ev) = self.model.force_report(o.fd, o.slot) {
+            self.take_into(thread, vec![ev]);
+        }
+        earlier
+    }
+
+    /// A kernel event for `owner`'s slot with a stale tag, to `thread`: one of
+    /// the last stamps the kernel was given for the slot that is not current
+    /// (nothing if there is none).
+    pub fn inject_stale(&mut self, owner: usize, back: u8, thread: usize) -> Vec<Delivery> {
+        let earlier = self.accept(thread);
+        let slot = self.owners[owner].slot as usize;
+        let current = self.slots[slot].as_ref().map(|e| {
+            if self.sem().tag_is_generation() {
+                e.state.generation()
+            } else {
+                Model::kqueue_stamp(e.incarnation)
+            }
+        });
+        let old: Vec<u32> = self.slot_stamps[slot]
+            .iter()
+            .copied()
+            .filter(|&s| Some(s) != current)
+            .collect();
+        if old.is_empty() {
+            return earlier;
+        }
+        let stamp = old[old.len() - 1 - back as usize % old.len()];
+        let o = &self.owners[owner];
+        let ev = ModelEvent {
+            raw: RawEvent {
+                slot: o.slot,
+                stamp,
+                readiness: Readiness::READABLE,
+            },
+            origin: Origin {
+                owner: u64::MAX,
+                arming: 0,
+            },
+            filter: None,
+        };
+        self.threads[thread].push(Flight {
+            ev,
+            synthetic: false,
+            fabricated: true,
+        });
+        earlier
+    }
+
+    /// A thread checks the events it holds against the table (the second half of
+    /// `deliver`, as `Poller::accept` and `Poller::take_synthetic` do).
+    pub fn accept(&mut self, thread: usize) -> Vec<Delivery> {
+        let flights = std::mem::take(&mut self.threads[thread]);
+        let mut out: Vec<Delivery> = Vec::new();
+        for f in flights {
+            let slot = f.ev.raw.slot as usize;
+            let sem = self.sem();
+            let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                self.stale += 1;
+                continue;
+            };
+            let (tag, current) = if f.synthetic || sem.tag_is_generation() {
+                (Some(f.ev.raw.stamp), true)
+            } else {
+                (
+                    None,
+                    f.ev.raw.stamp == Model::kqueue_stamp(entry.incarnation),
+                )
+            };
+            if !current {
+                self.stale += 1;
+                continue;
+            }
+            let owner = entry.owner;
+            match entry.state.on_event(tag) {
+                Some(interest) => {
+                    if !f.synthetic {
+                        let (fd, inc) = (entry.fd, entry.incarnation);
+                        self.model.delivered(fd, slot as u32, inc);
+                    }
+                    let arming = self.check_delivery(owner, &f, interest);
+                    let op = self.op;
+                    self.owners[owner].log.push(Logged::Delivered(op, arming));
+                    out.push(Delivery {
+                        owner,
+                        arming,
+                        readiness: f.ev.raw.readiness,
+                    });
+                }
+                None => match out.iter_mut().find(|d| d.owner == owner) {
+                    Some(d) if sem.split_filters() && !f.synthetic => {
+                        d.readiness.insert(f.ev.raw.readiness)
+                    }
+                    _ => self.stale += 1,
+                },
+            }
+        }
+        out
+    }
+
+    /// Checks (b) and (c) for a delivery to `owner` completing an arming for
+    /// `interest`; returns the arming.
+    fn check_delivery(&mut self, owner: usize, f: &Flight, interest: Interest) -> u64 {
+        let kqueue = self.sem() == Semantics::Kqueue;
+        let o = &mut self.owners[owner];
+        let Some((armed_for, arming)) = o.spec else {
+            panic!("(b) delivered {f:?} to registration {owner}, which is not armed");
+        };
+        assert_eq!(
+            armed_for, interest,
+            "(b) delivered for {interest:?}, armed for {armed_for:?}"
+        );
+        assert!(
+            !f.fabricated,
+            "(b) delivered a stale event {f:?} to registration {owner}"
+        );
+        assert_eq!(
+            f.ev.origin.owner, owner as u64,
+            "(b) delivered registration {}'s event to registration {owner}",
+            f.ev.origin.owner
+        );
+        if f.ev.origin.arming != arming {
+            // kqueue keeps no generation in udata: an event of an earlier arming of
+            // the same registration, in a thread's hands across a disarm and a
+            // re-arm, completes the new arming. Anything else is a bug.
+            assert!(
+                kqueue && f.ev.origin.arming != 0 && f.ev.origin.arming < arming,
+                "(b) delivered an event of arming {} for arming {arming} of registration {owner}",
+                f.ev.origin.arming
+            );
+            o.raced = true;
+        }
+        assert!(
+            !o.delivered.contains(&arming),
+            "(c) arming {arming} of registration {owner} delivered twice"
+        );
+        o.delivered.push(arming);
+        o.spec = None;
+        arming
+    }
+
+    /// Whether `owner` is armed and its description ready for the interest.
+    fn ready(&self, owner: usize) -> Option<bool> {
+        let o = &self.owners[owner];
+        let (interest, _) = o.spec?;
+        let st = self.state(owner)?;
+        if st.is_always_ready() {
+            return Some(true);
+        }
+        let desc = self.model.description(o.fd)?;
+        Some(!self.model.is_pollable(desc) || self.model.levels(desc).ready_for(interest))
+    }
+
+    /// A whole `deliver` by `thread`: wait, then accept; (d) every armed, untainted
+    /// registration whose description is ready and for which no event is in
+    /// another thread's hands is delivered.
+    pub fn deliver(&mut self, thread: usize) -> Vec<Delivery> {
+        let mut out = self.accept(thread);
+        let due: Vec<usize> = (0..self.owners.len())
+            .filter(|&o| {
+                let ow = &self.owners[o];
+                ow.alive
+                    && !ow.tainted
+                    && self.ready(o) == Some(true)
+                    && !self
+                        .threads
+                        .iter()
+                        .flatten()
+                        .any(|f| f.ev.raw.slot == ow.slot)
+            })
+            .collect();
+        self.wait(thread);
+        let now = self.accept(thread);
+        for o in due {
+            assert!(
+                now.iter().any(|d| d.owner == o),
+                "(d) registration {o} ({:?}) is armed and ready but was not delivered: {now:?}",
+                self.owners[o]
+            );
+        }
+        out.extend(now);
+        out
+    }
+
+    /// (a): the kernel's state equals the table's, and the table's the ledger's.
+    pub fn check(&self) {
+        let sem = self.sem();
+        for (slot, entry) in self.slots.iter().enumerate() {
+            let Some(entry) = entry else { continue };
+            let o = &self.owners[entry.owner];
+            let phase = entry.state.phase();
+            match (phase, o.spec) {
+                (Phase::Armed(i), Some((j, _))) if i == j => {}
+                (Phase::Fresh | Phase::Idle, None) => {}
+                _ => panic!(
+                    "table {phase:?} but the arming in force is {:?} ({o:?})",
+                    o.spec
+                ),
+            }
+            if o.tainted || entry.state.is_always_ready() {
+                continue;
+            }
+            let g = entry.state.generation();
+            let tag = self.model.tag_for(slot as u32, entry.incarnation, g);
+            let current = |f: &&Flight| {
+                !f.fabricated
+                    && !f.synthetic
+                    && f.ev.raw.slot == slot as u32
+                    && f.ev.raw.stamp
+                        == if sem.tag_is_generation() {
+                            g
+                        } else {
+                            Model::kqueue_stamp(entry.incarnation)
+                        }
+            };
+            let flying: Vec<&Flight> = self.in_flight().filter(current).collect();
+            let view = self.model.view(entry.fd, slot as u32);
+            let ok = match phase {
+                Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
+                Phase::Idle => view.present && view.armed.is_none(),
+                Phase::Armed(i) if sem == Semantics::Kqueue => {
+                    let enabled = view.armed.map_or(0, Interest::bits);
+                    let flying_bits = flying.iter().fold(0u8, |b, f| {
+                        b | match f.ev.filter {
+                            Some(pollshot::model::Filter::Read) => 1,
+                            Some(pollshot::model::Filter::Write) => 2,
+                            None => 0,
+                        }
+                    });
+                    view.present
+                        && view.tag == Some(tag)
+                        && enabled & !i.bits() == 0
+                        && (enabled | flying_bits) & i.bits() == i.bits()
+                }
+                Phase::Armed(i) => {
+                    view.tag == Some(tag)
+                        && (view.armed == Some(i)
+                            || (view.present && view.armed.is_none() && !flying.is_empty()))
+                }
+            };
+            assert!(
+                ok,
+                "(a) registration {} in slot {slot}: table {phase:?} generation {g}, kernel {view:?}, in flight {flying:?}",
+                entry.owner
+            );
+        }
+    }
+
+    /// Applies one operation of the alphabet, then checks (a).
+    pub fn apply(&mut self, op: &Op) {
+        self.op += 1;
+        let fds = self.model.open_fds();
+        let pick_fd = |i: u8| (!fds.is_empty()).then(|| fds[i as usize % fds.len()]);
+        let n = self.owners.len();
+        let pick = |i: u8| (n > 0).then(|| i as usize % n);
+        let thread = |t: u8| t as usize % THREADS;
+        match *op {
+            Op::Open { pollable } => {
+                if fds.len() < 12 {
+                    self.open(pollable);
+                }
+            }
+            Op::Dup { fd } => {
+                if let (Some(fd), true) = (pick_fd(fd), fds.len() < 12) {
+                    let _ = self.model.dup(fd);
+                }
+            }
+            Op::Close { fd } => {
+                if let Some(fd) = pick_fd(fd) {
+                    self.close(fd);
+                }
+            }
+            Op::Levels { fd, bits } => {
+                if let Some(fd) = pick_fd(fd) {
+                    let mut l = Levels::from_bits(bits);
+                    // A socket whose peer shut down reads EOF: readable too.
+                    l.readable |= l.read_closed;
+                    self.set_levels(fd, l);
+                }
+            }
+            Op::Register { fd } => {
+                if let (Some(fd), true) = (pick_fd(fd), n < 32) {
+                    self.register(fd);
+                }
+            }
+            Op::Arm { reg, interest } => {
+                if let Some(o) = pick(reg) {
+                    let _ = self.arm(o, interest);
+                }
+            }
+            Op::Disarm { reg } => {
+                if let Some(o) = pick(reg) {
+                    let _ = self.disarm(o);
+                }
+            }
+            Op::Deregister { reg } => {
+                if let Some(o) = pick(reg) {
+                    let _ = self.deregister(o);
+                }
+            }
+            Op::Wait { thread: t } => {
+                self.wait(thread(t));
+            }
+            Op::Accept { thread: t } => {
+                self.accept(thread(t));
+            }
+            Op::Deliver { thread: t } => {
+                self.deliver(thread(t));
+            }
+            Op::Fire { reg, thread: t } => {
+                if let Some(o) = pick(reg) {
+                    self.fire(o, thread(t));
+                }
+            }
+            Op::Stale {
+                reg,
+                back,
+                thread: t,
+            } => {
+                if let Some(o) = pick(reg) {
+                    self.inject_stale(o, back, thread(t));
+                }
+            }
+            Op::Notify => {
+                self.notify();
+            }
+        }
+        self.check();
+    }
+
+    /// Ends a run: every thread checks what it holds, then one more `deliver`
+    /// (with the no-lost-readiness check) and a last (a).
+    pub fn finish(&mut self) {
+        self.op += 1;
+        for t in 0..THREADS {
+            self.accept(t);
+        }
+        self.check();
+        self.op += 1;
+        self.deliver(0);
+        self.check();
+    }
+}
+
+/// Runs `ops` on epoll, kqueue and poll semantics, each registration starting at
+/// generation `start`, checking every invariant, then parity: each registration
+/// neither tainted nor raced in any run has the same history in all three.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 3] {
+    let mut sims =
+        [Semantics::Epoll, Semantics::Kqueue, Semantics::Poll].map(|s| Sim::new(s, start, policy));
+    for op in ops {
+        for s in sims.iter_mut() {
+            s.apply(op);
+        }
+    }
+    for s in sims.iter_mut() {
+        s.finish();
+    }
+    let n = sims[0].owners.len();
+    for o in 0..n {
+        if sims
+            .iter()
+            .any(|s| s.owners[o].tainted || s.owners[o].raced)
+        {
+            continue;
+        }
+        let first = &sims[0].owners[o].log;
+        for s in &sims[1..] {
+            assert_eq!(
+                first,
+                &s.owners[o].log,
+                "parity: registration {o} on epoll vs {:?}",
+                s.sem()
+            );
+        }
+    }
+    sims
+}
