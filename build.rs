@@ -1,0 +1,78 @@
+//! Links libkqueue for the `--cfg pollshot_libkqueue` build on Linux, and nothing
+//! else: every other build needs no build-time work.
+//!
+//! The library is found, in order, through:
+//! 1. `LIBKQUEUE_DIR`: the directory holding `libkqueue.so` (or `libkqueue.a`);
+//! 2. `pkg-config --libs libkqueue` (the `pkg-config` program; `PKG_CONFIG_PATH`
+//!    as usual, e.g. `/opt/libkqueue/lib/pkgconfig`).
+//!
+//! When neither finds it, the build only warns: `cargo check` needs no library, and
+//! a link step then fails naming `-lkqueue`. At run time the dynamic loader must
+//! find the library too (`LD_LIBRARY_PATH` for a prefix outside its search path).
+//! The crate never builds, vendors or ships libkqueue.
+
+use std::env;
+use std::path::Path;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=LIBKQUEUE_DIR");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG");
+
+    let libkqueue = env::var_os("CARGO_CFG_POLLSHOT_LIBKQUEUE").is_some();
+    let linux = env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
+    if !(libkqueue && linux) {
+        return;
+    }
+
+    if let Some(dir) = env::var_os("LIBKQUEUE_DIR") {
+        let dir = Path::new(&dir);
+        if dir.is_dir() {
+            println!("cargo:rustc-link-search=native={}", dir.display());
+            println!("cargo:rustc-link-lib=kqueue");
+            return;
+        }
+        println!(
+            "cargo:warning=pollshot: LIBKQUEUE_DIR={} is not a directory; trying pkg-config",
+            dir.display()
+        );
+    }
+
+    match pkg_config_libs() {
+        Ok(flags) => {
+            let mut linked = false;
+            for flag in flags.split_whitespace() {
+                if let Some(dir) = flag.strip_prefix("-L") {
+                    println!("cargo:rustc-link-search=native={dir}");
+                } else if let Some(lib) = flag.strip_prefix("-l") {
+                    println!("cargo:rustc-link-lib={lib}");
+                    linked |= lib == "kqueue";
+                }
+            }
+            if !linked {
+                println!("cargo:rustc-link-lib=kqueue");
+            }
+        }
+        Err(why) => println!(
+            "cargo:warning=pollshot: --cfg pollshot_libkqueue but libkqueue was not found ({why}); \
+             set LIBKQUEUE_DIR to its lib directory or PKG_CONFIG_PATH to its pkgconfig directory. \
+             `cargo check` works without it; linking needs it."
+        ),
+    }
+}
+
+/// `pkg-config --libs libkqueue`, or why not.
+fn pkg_config_libs() -> Result<String, String> {
+    let program = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".to_owned());
+    let out = Command::new(&program)
+        .args(["--libs", "libkqueue"])
+        .output()
+        .map_err(|e| format!("running {program}: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{program} --libs libkqueue: {}", err.trim()));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("{program} output: {e}"))
+}
