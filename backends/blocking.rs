@@ -98,6 +98,16 @@ fn poll_flags(interest: Interest) -> PollFlags {
     let mut f = PollFlags::empty();
     if interest.is_readable() {
         f |= PollFlags::IN;
+        // A peer's shutdown(SHUT_WR) is reported with the data as read-closed, as
+        // epoll's EPOLLRDHUP is (scenario P10). POLLHUP alone needs both directions
+        // shut down.
+        #[cfg(all(
+            any(target_os = "linux", target_os = "android"),
+            not(any(target_arch = "sparc", target_arch = "sparc64"))
+        ))]
+        {
+            f |= PollFlags::RDHUP;
+        }
     }
     if interest.is_writable() {
         f |= PollFlags::OUT;
@@ -112,6 +122,13 @@ fn readiness(revents: PollFlags) -> Readiness {
     }
     if revents.contains(PollFlags::OUT) {
         r.insert(Readiness::WRITABLE);
+    }
+    #[cfg(all(
+        any(target_os = "linux", target_os = "android"),
+        not(any(target_arch = "sparc", target_arch = "sparc64"))
+    ))]
+    if revents.contains(PollFlags::RDHUP) {
+        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
     }
     if revents.contains(PollFlags::HUP) {
         r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
