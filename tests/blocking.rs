@@ -1,0 +1,125 @@
+//! The shared suite (`tests/common`) on the poll(2) backend, which every Unix has,
+//! and the 1:1 helper `pollshot::blocking::io_once`.
+
+#[macro_use]
+mod common;
+
+suite!(pollshot::backends::Blocking);
+
+mod io_once {
+    use crate::common::{fill, pipe, socketpair, within};
+    use pollshot::blocking::io_once;
+    use pollshot::Interest;
+    use std::io::{self, Read, Write};
+    use std::time::{Duration, Instant};
+
+    /// A ready descriptor: the operation succeeds on its first call, whatever the
+    /// timeout (even zero): no waiting.
+    #[test]
+    fn reads_when_ready_without_waiting() {
+        for timeout in [Some(Duration::ZERO), Some(Duration::from_secs(3600)), None] {
+            let (mut a, b) = socketpair();
+            a.write_all(b"ready").unwrap();
+            let mut calls = 0;
+            let mut buf = [0u8; 16];
+            let n = io_once(&b, Interest::READABLE, timeout, || {
+                calls += 1;
+                (&b).read(&mut buf)
+            })
+            .unwrap();
+            assert_eq!(&buf[..n], b"ready");
+            assert_eq!(calls, 1, "{timeout:?}: the operation was retried");
+        }
+    }
+
+    /// Not ready: the operation says WouldBlock, io_once waits, and the retry after
+    /// the peer writes succeeds.
+    #[test]
+    fn waits_on_would_block_then_retries() {
+        let (a, b) = socketpair();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            (&a).write_all(b"late").unwrap();
+            a
+        });
+        let (n, calls, buf) = within("io_once(None) until the peer writes", move || {
+            let mut calls = 0;
+            let mut buf = [0u8; 16];
+            let n = io_once(&b, Interest::READABLE, None, || {
+                calls += 1;
+                (&b).read(&mut buf)
+            })
+            .unwrap();
+            (n, calls, buf)
+        });
+        assert_eq!(&buf[..n], b"late");
+        assert!(
+            calls >= 2,
+            "the first call could not have succeeded: {calls}"
+        );
+        drop(writer.join().unwrap());
+    }
+
+    /// Writable interest: a full pipe blocks the write until the reader drains it.
+    #[test]
+    fn waits_for_writable() {
+        let (r, w) = pipe();
+        let mut w2 = w.try_clone().unwrap();
+        assert!(fill(&mut w2) > 0);
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            crate::common::drain(&r);
+            r
+        });
+        let n = within("io_once write until the pipe drains", move || {
+            io_once(&w, Interest::WRITABLE, None, || (&w).write(b"more")).unwrap()
+        });
+        assert!(n > 0);
+        drop(reader.join().unwrap());
+    }
+
+    /// Never ready: `TimedOut` after at least the timeout.
+    #[test]
+    fn times_out() {
+        let (_a, b) = socketpair();
+        let timeout = Duration::from_millis(20);
+        let mut buf = [0u8; 4];
+        let start = Instant::now();
+        let r = io_once(&b, Interest::READABLE, Some(timeout), || {
+            (&b).read(&mut buf)
+        });
+        let elapsed = start.elapsed();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(elapsed >= timeout, "gave up after {elapsed:?}");
+    }
+
+    /// `Some(ZERO)` and not ready: one try, `WouldBlock`.
+    #[test]
+    fn zero_timeout_is_would_block() {
+        let (_a, b) = socketpair();
+        let mut calls = 0;
+        let mut buf = [0u8; 4];
+        let r = io_once(&b, Interest::READABLE, Some(Duration::ZERO), || {
+            calls += 1;
+            (&b).read(&mut buf)
+        });
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(calls, 1);
+    }
+
+    /// The operation's own errors pass through at once; `Interrupted` is retried.
+    #[test]
+    fn passes_errors_and_retries_interrupted() {
+        let (_a, b) = socketpair();
+        let mut calls = 0;
+        let r: io::Result<()> = io_once(&b, Interest::READABLE, None, || {
+            calls += 1;
+            match calls {
+                1 => Err(io::ErrorKind::Interrupted.into()),
+                _ => Err(io::ErrorKind::ConnectionReset.into()),
+            }
+        });
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::ConnectionReset);
+        assert_eq!(calls, 2);
+    }
+}

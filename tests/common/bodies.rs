@@ -1,0 +1,762 @@
+//! Generic test bodies: the model on every descriptor kind, exact system call
+//! counts, threads, notify and bad input. Each runs on every backend through
+//! `suite!`; where backends document different numbers the body branches on
+//! `B::NAME` and says why.
+
+use super::*;
+use pollshot::Interest;
+#[cfg(feature = "stats")]
+use pollshot::Stats;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The model on one descriptor, step by step:
+/// 1. register, arm `interest`; unless `always_ready`, nothing is delivered yet;
+/// 2. `make_ready()`; exactly one event follows, checked by `check`;
+/// 3. nothing more until re-armed, though the descriptor is still ready;
+/// 4. re-arm without draining: delivered again, once (level-triggered);
+/// 5. arm then disarm: nothing;
+/// 6. deregister; the token names nothing afterwards.
+///
+/// What `make_ready` returns is kept alive until the end (a connecting client).
+fn model<B: Backend, G>(
+    fd: impl AsFd,
+    interest: Interest,
+    always_ready: bool,
+    make_ready: impl FnOnce() -> G,
+    check: impl Fn(&Event),
+) -> G {
+    let p = poller::<B>();
+    let t = p.register(fd).unwrap();
+    p.arm(t, interest).unwrap();
+    if !always_ready {
+        assert_no_events(&p, 2, Duration::from_millis(10));
+    }
+    let guard = make_ready();
+    for round in 0..2 {
+        let ev = expect_one(&p, t);
+        check(&ev);
+        assert!(
+            !ev.is_error(),
+            "round {round}: unexpected error flag: {ev:?}"
+        );
+        // Still ready, but the delivery disarmed it: nothing is delivered, and the
+        // waits really wait (a backend that left it armed would return at once
+        // with an event dropped as stale: a busy loop).
+        #[cfg(feature = "stats")]
+        let before = p.stats();
+        let start = Instant::now();
+        assert_no_events(&p, 3, Duration::from_millis(5));
+        assert!(
+            start.elapsed() >= Duration::from_millis(15),
+            "deliver did not wait: {:?}",
+            start.elapsed()
+        );
+        #[cfg(feature = "stats")]
+        if B::NAME == "epoll" || B::NAME == "blocking" {
+            // kqueue may report the other filter of a BOTH arming once more (stale).
+            let s = p.stats().since(&before);
+            assert_eq!(
+                s.stale, 0,
+                "round {round}: a delivered registration kept firing: {s:?}"
+            );
+        }
+        // Re-arm without draining: the level still holds.
+        p.arm(t, interest).unwrap();
+    }
+    // The third arming is cancelled before anything is delivered.
+    p.disarm(t).unwrap();
+    assert_no_events(&p, 3, Duration::from_millis(10));
+    p.deregister(t).unwrap();
+    assert_eq!(err_kind(p.arm(t, interest)), io::ErrorKind::NotFound);
+    assert!(p.is_empty());
+    guard
+}
+
+fn readable(ev: &Event) {
+    assert!(ev.is_readable(), "expected readable: {ev:?}");
+}
+
+fn writable(ev: &Event) {
+    assert!(ev.is_writable(), "expected writable: {ev:?}");
+}
+
+fn both(ev: &Event) {
+    assert!(
+        ev.is_readable() && ev.is_writable(),
+        "expected readable and writable: {ev:?}"
+    );
+}
+
+/// A Unix stream socketpair, readable.
+pub fn kind_socketpair<B: Backend>() {
+    let (mut a, mut b) = socketpair();
+    model::<B, _>(
+        &b,
+        Interest::READABLE,
+        false,
+        || a.write_all(b"x").unwrap(),
+        readable,
+    );
+    // Nothing was drained by the poller.
+    assert_eq!(drain(&mut b), 1);
+}
+
+/// A pipe's read end, readable.
+pub fn kind_pipe_read<B: Backend>() {
+    let (mut r, mut w) = pipe();
+    model::<B, _>(
+        &r,
+        Interest::READABLE,
+        false,
+        || w.write_all(b"x").unwrap(),
+        readable,
+    );
+    assert_eq!(drain(&mut r), 1);
+}
+
+/// A pipe's write end, writable once the reader makes room.
+pub fn kind_pipe_write<B: Backend>() {
+    let (mut r, mut w) = pipe();
+    assert!(fill(&mut w) > 0);
+    model::<B, _>(
+        &w,
+        Interest::WRITABLE,
+        false,
+        || assert!(drain(&mut r) > 0),
+        writable,
+    );
+}
+
+/// A FIFO made with mkfifo(3), readable.
+pub fn kind_fifo<B: Backend>() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut r, mut w) = fifo(dir.path());
+    model::<B, _>(
+        &r,
+        Interest::READABLE,
+        false,
+        || w.write_all(b"x").unwrap(),
+        readable,
+    );
+    assert_eq!(drain(&mut r), 1);
+}
+
+/// A TCP listener: readable when a connection waits to be accepted.
+pub fn kind_tcp_listener<B: Backend>() {
+    let l = tcp_listener();
+    let addr = l.local_addr().unwrap();
+    let client = model::<B, _>(
+        &l,
+        Interest::READABLE,
+        false,
+        || TcpStream::connect(addr).unwrap(),
+        readable,
+    );
+    // The event was for a real pending connection, still there (not accepted).
+    let (server, peer) = l.accept().expect("a pending connection");
+    assert_eq!(peer, client.local_addr().unwrap());
+    drop(server);
+}
+
+/// A connected TCP stream, readable.
+pub fn kind_tcp_stream<B: Backend>() {
+    let (mut client, mut server) = tcp_pair();
+    model::<B, _>(
+        &server,
+        Interest::READABLE,
+        false,
+        || client.write_all(b"x").unwrap(),
+        readable,
+    );
+    assert_eq!(drain(&mut server), 1);
+}
+
+/// An eventfd, readable once its counter is non-zero.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn kind_eventfd<B: Backend>() {
+    let mut efd = eventfd();
+    let mut w = efd.try_clone().unwrap();
+    model::<B, _>(
+        &efd,
+        Interest::READABLE,
+        false,
+        || w.write_all(&3u64.to_ne_bytes()).unwrap(),
+        readable,
+    );
+    let mut word = [0u8; 8];
+    efd.read_exact(&mut word).unwrap();
+    assert_eq!(u64::from_ne_bytes(word), 3);
+}
+
+/// A regular file: always ready both ways (epoll refuses it with EPERM; poll(2)
+/// reports it ready), one delivery per arming.
+pub fn kind_regular_file<B: Backend>() {
+    let f = regular_file();
+    model::<B, _>(&f, Interest::BOTH, true, || (), both);
+}
+
+/// `/dev/null`: always ready both ways, like a regular file.
+pub fn kind_dev_null<B: Backend>() {
+    let f = dev_null();
+    model::<B, _>(&f, Interest::BOTH, true, || (), both);
+}
+
+// ---------------------------------------------------------------------------
+// Exact counts (feature `stats`). Commands (adds, modifies, quiets, deletes) are the
+// same on every backend: the state machine issues them. `ctl_calls` differs, as
+// `assert_ctl` says.
+
+/// `register` costs nothing; the first arm is one add.
+#[cfg(feature = "stats")]
+pub fn stats_register_is_free_first_arm_is_one_add<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let (t, s) = delta(&p, || p.register(&b).unwrap());
+    assert_eq!(s, Stats::default(), "register made a system call: {s:?}");
+    let ((), s) = delta(&p, || p.arm(t, Interest::READABLE).unwrap());
+    assert_eq!(
+        (s.adds, s.modifies, s.quiets, s.deletes),
+        (1, 0, 0, 0),
+        "{s:?}"
+    );
+    assert_ctl::<B>(&s);
+    assert_eq!((s.wakes, s.wake_reads, s.waits), (0, 0, 0), "{s:?}");
+}
+
+/// After the first arm, each wait cycle (arm, deliver, read) is exactly one modify
+/// and no delete, no waker traffic, no stale event: 100 round trips, totals exact.
+#[cfg(feature = "stats")]
+pub fn stats_100_round_trips_cost_one_modify_each<B: Backend>() {
+    let p = poller::<B>();
+    let (mut a, mut b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let mut buf = [0u8; 64];
+    let ((), s) = delta(&p, || {
+        for i in 0..100u32 {
+            a.write_all(&[i as u8; 64]).unwrap();
+            let ev = expect_one(&p, t);
+            assert!(ev.is_readable());
+            assert_eq!(b.read(&mut buf).unwrap(), 64);
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+    });
+    assert_eq!(s.adds, 0, "{s:?}");
+    assert_eq!(s.modifies, 100, "one modify per wait cycle: {s:?}");
+    assert_eq!((s.quiets, s.deletes), (0, 0), "{s:?}");
+    assert_ctl::<B>(&s);
+    assert_eq!(
+        (s.wakes, s.wake_reads),
+        (0, 0),
+        "no notify, no waker traffic: {s:?}"
+    );
+    assert_eq!(s.stale, 0, "{s:?}");
+    assert_eq!(
+        (s.not_found_to_add, s.exists_to_modify, s.not_pollable),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    if B::NAME == "epoll" || B::NAME == "blocking" {
+        // Data is written before each deliver: one wait system call each.
+        assert_eq!(s.waits, 100, "{s:?}");
+    }
+}
+
+/// Arming an armed registration for the same interest issues nothing; for another
+/// interest, one modify.
+#[cfg(feature = "stats")]
+pub fn stats_arm_of_armed_is_free<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let ((), s) = delta(&p, || {
+        for _ in 0..10 {
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+    });
+    assert_eq!(
+        s,
+        Stats::default(),
+        "re-arming an armed registration cost: {s:?}"
+    );
+    let ((), s) = delta(&p, || p.arm(t, Interest::BOTH).unwrap());
+    assert_eq!(
+        (s.adds, s.modifies, s.quiets, s.deletes),
+        (0, 1, 0, 0),
+        "{s:?}"
+    );
+    assert_ctl::<B>(&s);
+    // The new interest is in force: the socket is writable at once.
+    assert!(expect_one(&p, t).is_writable());
+}
+
+/// Disarming an armed registration is one quiet; disarming an idle or fresh one is
+/// free.
+#[cfg(feature = "stats")]
+pub fn stats_disarm_is_one_quiet_and_idle_disarm_is_free<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    let ((), s) = delta(&p, || p.disarm(t).unwrap());
+    assert_eq!(s, Stats::default(), "disarm of a fresh registration: {s:?}");
+    p.arm(t, Interest::READABLE).unwrap();
+    let ((), s) = delta(&p, || p.disarm(t).unwrap());
+    assert_eq!(
+        (s.adds, s.modifies, s.quiets, s.deletes),
+        (0, 0, 1, 0),
+        "{s:?}"
+    );
+    assert_ctl::<B>(&s);
+    let ((), s) = delta(&p, || {
+        p.disarm(t).unwrap();
+        p.disarm(t).unwrap();
+    });
+    assert_eq!(s, Stats::default(), "disarm of an idle registration: {s:?}");
+    // Idle after a delivery: disarm is free too.
+    p.arm(t, Interest::WRITABLE).unwrap();
+    expect_one(&p, t);
+    let ((), s) = delta(&p, || p.disarm(t).unwrap());
+    assert_eq!(s, Stats::default(), "disarm after a delivery: {s:?}");
+}
+
+/// A deliver that was not notified reads nothing from the waker; one notify is one
+/// wake and one drain.
+#[cfg(feature = "stats")]
+pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
+    let p = poller::<B>();
+    let (mut a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let (got, s) = delta(&p, || deliver_n(&p, 3, Duration::from_millis(2)));
+    assert!(got.is_empty());
+    assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
+    assert!(s.waits >= 3, "{s:?}");
+    a.write_all(b"x").unwrap();
+    let (_, s) = delta(&p, || expect_one(&p, t));
+    assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
+    let (n, s) = delta(&p, || {
+        p.notify().unwrap();
+        p.deliver(&mut Events::with_capacity(8), Some(Duration::ZERO))
+            .unwrap()
+    });
+    assert_eq!(n, 0);
+    assert_eq!(s.wakes, 1, "{s:?}");
+    if B::NAME == "epoll" || B::NAME == "blocking" {
+        // One eventfd read / one pipe read that comes back short.
+        assert_eq!(s.wake_reads, 1, "{s:?}");
+    }
+}
+
+/// Deregistering a registration the kernel holds is one delete (armed or idle);
+/// one that was never armed costs nothing.
+#[cfg(feature = "stats")]
+pub fn stats_deregister_is_one_delete_only_when_in_kernel<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let (_c, d) = socketpair();
+    let (_e, f) = socketpair();
+    let armed = p.register(&b).unwrap();
+    let idle = p.register(&d).unwrap();
+    let fresh = p.register(&f).unwrap();
+    p.arm(armed, Interest::READABLE).unwrap();
+    p.arm(idle, Interest::WRITABLE).unwrap();
+    expect_one(&p, idle);
+    for (t, deletes) in [(armed, 1), (idle, 1), (fresh, 0)] {
+        let ((), s) = delta(&p, || p.deregister(t).unwrap());
+        assert_eq!(
+            (s.adds, s.modifies, s.quiets, s.deletes),
+            (0, 0, 0, deletes),
+            "{t:?}: {s:?}"
+        );
+        assert_ctl::<B>(&s);
+    }
+    assert!(p.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+
+/// A socket armed then disarmed whose peer then closes: 100 delivers with a 1 ms
+/// timeout return nothing (the quieted registration may fire once in the kernel, and
+/// is dropped as stale), and the next arm reports the hang-up once.
+pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
+    let p = poller::<B>();
+    let (a, mut b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    p.disarm(t).unwrap();
+    drop(a);
+    #[cfg(feature = "stats")]
+    let before = p.stats();
+    let got = deliver_n(&p, 100, Duration::from_millis(1));
+    assert!(
+        got.is_empty(),
+        "a disarmed registration was delivered: {got:?}"
+    );
+    #[cfg(feature = "stats")]
+    {
+        let s = p.stats().since(&before);
+        assert!(
+            s.stale <= 1,
+            "the quieted registration fired more than once: {s:?}"
+        );
+        match B::NAME {
+            // The kernel adds EPOLLHUP to the quiet MOD; with EPOLLONESHOT it
+            // fires exactly once (DESIGN.md, checked on this kernel).
+            "epoll" => assert_eq!(s.stale, 1, "{s:?}"),
+            // Not in the polled set at all.
+            "blocking" => assert_eq!(s.stale, 0, "{s:?}"),
+            _ => {}
+        }
+    }
+    for _ in 0..2 {
+        p.arm(t, Interest::READABLE).unwrap();
+        let ev = expect_one(&p, t);
+        assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
+        assert_no_events(&p, 5, Duration::from_millis(1));
+    }
+    assert_eq!(drain(&mut b), 0, "EOF");
+    p.deregister(t).unwrap();
+}
+
+/// Four threads deliver on one poller over 64 socketpairs until 10,000 events have
+/// been handled. Each pair carries one byte at a time: a delivery reads it, writes
+/// the next one, and re-arms. Asserts: no two threads hold one pair at once, every
+/// delivery finds its byte (a second delivery for one arming would find none), each
+/// pair gets exactly its share, and none is lost (all 10,000 arrive).
+pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
+    const PAIRS: usize = 64;
+    const THREADS: usize = 4;
+    const TOTAL: usize = 10_000;
+    struct Pair {
+        a: UnixStream,
+        b: UnixStream,
+        busy: AtomicBool,
+        delivered: AtomicUsize,
+        quota: usize,
+    }
+    let p = Arc::new(poller::<B>());
+    let mut pairs = Vec::new();
+    let mut by_token = HashMap::new();
+    for i in 0..PAIRS {
+        let (a, b) = socketpair();
+        let quota = TOTAL / PAIRS + usize::from(i < TOTAL % PAIRS);
+        let t = p.register(&b).unwrap();
+        by_token.insert(t, i);
+        pairs.push((
+            t,
+            Pair {
+                a,
+                b,
+                busy: AtomicBool::new(false),
+                delivered: AtomicUsize::new(0),
+                quota,
+            },
+        ));
+    }
+    let tokens: Vec<Token> = pairs.iter().map(|(t, _)| *t).collect();
+    let pairs: Arc<Vec<Pair>> = Arc::new(pairs.into_iter().map(|(_, pair)| pair).collect());
+    assert_eq!(pairs.iter().map(|x| x.quota).sum::<usize>(), TOTAL);
+    let by_token = Arc::new(by_token);
+    let done = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    for (i, pair) in pairs.iter().enumerate() {
+        (&pair.a).write_all(&[1]).unwrap();
+        p.arm(tokens[i], Interest::READABLE).unwrap();
+    }
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (p, pairs, by_token, done, failures, tokens) =
+                (p.clone(), pairs.clone(), by_token.clone(), done.clone(), failures.clone(), tokens.clone());
+            std::thread::spawn(move || {
+                let mut events = Events::with_capacity(16);
+                while done.load(Ordering::Acquire) < TOTAL && failures.lock().unwrap().is_empty() {
+                    p.deliver(&mut events, Some(Duration::from_millis(20))).unwrap();
+                    for ev in &events {
+                        let Some(&i) = by_token.get(&ev.token()) else {
+                            failures.lock().unwrap().push(format!("unknown token {ev:?}"));
+                            continue;
+                        };
+                        let pair = &pairs[i];
+                        if pair.busy.swap(true, Ordering::AcqRel) {
+                            failures.lock().unwrap().push(format!("pair {i} delivered to two threads at once"));
+                            continue;
+                        }
+                        let mut byte = [0u8; 2];
+                        match (&pair.b).read(&mut byte) {
+                            Ok(1) => {}
+                            other => failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("pair {i}: delivery without its byte ({other:?}): twice for one arming?")),
+                        }
+                        let n = pair.delivered.fetch_add(1, Ordering::AcqRel) + 1;
+                        done.fetch_add(1, Ordering::AcqRel);
+                        let more = n < pair.quota;
+                        if more {
+                            (&pair.a).write_all(&[1]).unwrap();
+                        }
+                        pair.busy.store(false, Ordering::Release);
+                        if more {
+                            p.arm(tokens[i], Interest::READABLE).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let watch = (done.clone(), failures.clone());
+    within("10,000 events over 64 pairs", move || {
+        while watch.0.load(Ordering::Acquire) < TOTAL && watch.1.lock().unwrap().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    for w in workers {
+        w.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert_eq!(done.load(Ordering::Acquire), TOTAL);
+    for (i, pair) in pairs.iter().enumerate() {
+        assert_eq!(
+            pair.delivered.load(Ordering::Acquire),
+            pair.quota,
+            "pair {i}"
+        );
+        assert!(would_block(&pair.b), "pair {i}: a byte left undelivered");
+    }
+    // Every pair ran out of quota disarmed: nothing more comes.
+    assert_no_events(&p, 2, Duration::from_millis(5));
+}
+
+/// `notify` from another thread wakes a `deliver(None)` blocked with nothing
+/// registered.
+pub fn notify_wakes_blocked_deliver<B: Backend>() {
+    let p = Arc::new(poller::<B>());
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let notifier = {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            p.notify().unwrap();
+        })
+    };
+    let waiter = p.clone();
+    let n = within("deliver(None) woken by notify", move || {
+        waiter.deliver(&mut Events::with_capacity(8), None).unwrap()
+    });
+    assert_eq!(n, 0, "a notify delivers no event");
+    notifier.join().unwrap();
+    // The notify was consumed: the registration is still armed and quiet.
+    assert_no_events(&p, 2, Duration::from_millis(5));
+}
+
+/// 1,000 notifies from 4 threads while one thread loops in `deliver(None)`: the
+/// last notify always ends the loop (none is lost), and they coalesce (each
+/// waker write covers at least one notify).
+pub fn notify_1000_from_4_threads_never_lost<B: Backend>() {
+    const THREADS: usize = 4;
+    const EACH: usize = 250;
+    let p = Arc::new(poller::<B>());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (p, finished) = (p.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let mut events = Events::with_capacity(8);
+            let mut returns = 0usize;
+            loop {
+                let n = p.deliver(&mut events, None).unwrap();
+                assert_eq!(n, 0, "nothing is registered");
+                returns += 1;
+                if finished.load(Ordering::Acquire) {
+                    return returns;
+                }
+            }
+        })
+    };
+    let notifiers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (p, sent, finished) = (p.clone(), sent.clone(), finished.clone());
+            std::thread::spawn(move || {
+                for _ in 0..EACH {
+                    // The last notify of all is made after `finished` is set: the
+                    // waiter must return after it, whenever it lands.
+                    if sent.fetch_add(1, Ordering::AcqRel) + 1 == THREADS * EACH {
+                        finished.store(true, Ordering::Release);
+                    }
+                    p.notify().unwrap();
+                }
+            })
+        })
+        .collect();
+    for n in notifiers {
+        n.join().unwrap();
+    }
+    let returns = within("the waiter returns after the last notify", move || {
+        waiter.join().unwrap()
+    });
+    assert!(
+        (1..=THREADS * EACH).contains(&returns),
+        "{returns} returns for 1,000 notifies"
+    );
+    #[cfg(feature = "stats")]
+    {
+        let s = p.stats();
+        assert!(
+            s.wakes >= 1 && s.wakes <= (THREADS * EACH) as u64,
+            "notifies coalesce: {s:?}"
+        );
+    }
+}
+
+/// Notifies made before a `deliver` coalesce into one wake-up: the next deliver
+/// returns at once, the one after waits its whole timeout.
+pub fn notify_coalesces<B: Backend>() {
+    let p = poller::<B>();
+    let mut events = Events::with_capacity(8);
+    #[cfg(feature = "stats")]
+    let before = p.stats();
+    for _ in 0..10 {
+        p.notify().unwrap();
+    }
+    assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+    #[cfg(feature = "stats")]
+    {
+        let s = p.stats().since(&before);
+        assert_eq!(s.wakes, 1, "10 notifies, one waker write: {s:?}");
+    }
+    let timeout = Duration::from_millis(20);
+    let start = Instant::now();
+    assert_eq!(p.deliver(&mut events, Some(timeout)).unwrap(), 0);
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= timeout,
+        "a consumed notify woke a later deliver ({elapsed:?})"
+    );
+    // And a later notify still works.
+    let p = Arc::new(p);
+    p.notify().unwrap();
+    let n = within("deliver(None) after a notify", move || {
+        p.deliver(&mut events, None).unwrap()
+    });
+    assert_eq!(n, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: a clear io::Error, never a panic or a hang.
+
+/// A negative descriptor number is `InvalidInput`.
+pub fn bad_negative_fd<B: Backend>() {
+    let p = poller::<B>();
+    for fd in [-1, -2, i32::MIN] {
+        // SAFETY: a negative number is rejected before it reaches the kernel.
+        let r = unsafe { p.register_raw(fd) };
+        assert_eq!(err_kind(r), io::ErrorKind::InvalidInput, "fd {fd}");
+    }
+    assert!(p.is_empty());
+}
+
+/// Arming a registration whose descriptor was closed (never armed) is
+/// `InvalidInput`, and leaves the registration as it was: once the number names a
+/// descriptor again, arming works.
+pub fn bad_closed_fd<B: Backend>() {
+    const MIN_FD: RawFd = 3000; // this test's own range, see `high_dup`
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let fd = high_dup(&b, MIN_FD);
+    let n = fd.as_raw_fd();
+    let t = p.register(&fd).unwrap();
+    drop(fd);
+    for interest in Interest::ALL {
+        assert_eq!(
+            err_kind(p.arm(t, interest)),
+            io::ErrorKind::InvalidInput,
+            "{interest:?}"
+        );
+    }
+    assert_eq!(p.len(), 1, "the registration stays");
+    p.disarm(t).unwrap(); // never armed: nothing to do
+                          // The number names a socket again: the registration works.
+    let (mut c, d) = socketpair();
+    let again = high_dup(&d, n);
+    assert_eq!(again.as_raw_fd(), n, "the number was free");
+    p.arm(t, Interest::READABLE).unwrap();
+    c.write_all(b"x").unwrap();
+    assert!(expect_one(&p, t).is_readable());
+    p.deregister(t).unwrap();
+}
+
+/// A deregistered token: arm, disarm and deregister are `NotFound`; so is a second
+/// deregister, and the poller keeps working for other registrations.
+pub fn bad_deregistered_token<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let (_c, d) = socketpair();
+    let armed = p.register(&b).unwrap();
+    let fresh = p.register(&d).unwrap();
+    p.arm(armed, Interest::READABLE).unwrap();
+    p.deregister(armed).unwrap();
+    p.deregister(fresh).unwrap();
+    for t in [armed, fresh] {
+        assert_eq!(
+            err_kind(p.arm(t, Interest::READABLE)),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(err_kind(p.arm(t, Interest::BOTH)), io::ErrorKind::NotFound);
+        assert_eq!(err_kind(p.disarm(t)), io::ErrorKind::NotFound);
+        assert_eq!(err_kind(p.deregister(t)), io::ErrorKind::NotFound);
+    }
+    assert!(p.is_empty());
+    // A new registration (likely in a freed slot) is unaffected.
+    let t = p.register(&b).unwrap();
+    assert!(t != armed && t != fresh);
+    p.arm(t, Interest::WRITABLE).unwrap();
+    assert!(expect_one(&p, t).is_writable());
+}
+
+/// Tokens that were never handed out: `NotFound` everywhere, live registrations
+/// untouched.
+pub fn bad_garbage_token<B: Backend>() {
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let live = p.register(&b).unwrap();
+    let garbage = [
+        Token::from_u64(u64::MAX),
+        Token::from_u64(live.to_u64() ^ (1 << 32)), // the live slot, another incarnation
+        Token::from_u64(live.to_u64() + 1),         // an empty slot
+        Token::from_u64(0xdead_beef_0000_0000 | 1_000_000),
+    ];
+    for t in garbage {
+        assert_ne!(t, live);
+        assert_eq!(
+            err_kind(p.arm(t, Interest::READABLE)),
+            io::ErrorKind::NotFound,
+            "{t:?}"
+        );
+        assert_eq!(err_kind(p.disarm(t)), io::ErrorKind::NotFound, "{t:?}");
+        assert_eq!(err_kind(p.deregister(t)), io::ErrorKind::NotFound, "{t:?}");
+    }
+    assert_eq!(p.len(), 1);
+    p.arm(live, Interest::WRITABLE).unwrap();
+    assert!(expect_one(&p, live).is_writable());
+}
+
+/// `Poller<B>` can be shared between threads (compile-time).
+pub fn poller_is_send_sync<B: Backend>() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+    assert_send_sync::<Poller<B>>();
+    assert_send_sync::<Token>();
+    assert_send_sync::<Event>();
+    assert_send::<Events>();
+}
