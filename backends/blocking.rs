@@ -69,7 +69,13 @@ impl Blocking {
         pipe::wake(&self.wake_w)
     }
 
-    fn arm_in_set(&self, fd: RawFd, tag: Tag, interest: Interest, must_exist: bool) -> Result<(), KernelError> {
+    fn arm_in_set(
+        &self,
+        fd: RawFd,
+        tag: Tag,
+        interest: Interest,
+        must_exist: bool,
+    ) -> Result<(), KernelError> {
         {
             let mut set = self.set();
             if must_exist && !set.contains_key(&tag.slot) {
@@ -135,7 +141,11 @@ fn readiness(revents: PollFlags) -> Readiness {
         r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
     }
     if revents.intersects(PollFlags::ERR | PollFlags::NVAL) {
-        r.insert(Readiness::ERROR.union(Readiness::READABLE).union(Readiness::WRITABLE));
+        r.insert(
+            Readiness::ERROR
+                .union(Readiness::READABLE)
+                .union(Readiness::WRITABLE),
+        );
     }
     r
 }
@@ -202,7 +212,12 @@ impl Backend for Blocking {
         }
     }
 
-    fn wait(&self, out: &mut Vec<RawEvent>, max: usize, timeout: Option<Duration>) -> io::Result<()> {
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut remaining = timeout;
         loop {
@@ -222,7 +237,10 @@ impl Backend for Blocking {
                 // SAFETY: the number only goes to poll(2), which reports a closed
                 // one as POLLNVAL rather than failing; no I/O is done through it.
                 let fd = unsafe { BorrowedFd::borrow_raw(reg.fd) };
-                fds.push(PollFd::from_borrowed_fd(fd, poll_flags(reg.armed.unwrap_or(Interest::BOTH))));
+                fds.push(PollFd::from_borrowed_fd(
+                    fd,
+                    poll_flags(reg.armed.unwrap_or(Interest::BOTH)),
+                ));
             }
             // A change flagged before this snapshot is in it: poll without blocking
             // once, then loop for the time left.
@@ -243,7 +261,8 @@ impl Backend for Blocking {
             let n = r?;
             let mut user_notify = false;
             if n > 0 && !fds[0].revents().is_empty() {
-                self.counters.bump(Count::WakeRead, pipe::drain(&self.wake_r));
+                self.counters
+                    .bump(Count::WakeRead, pipe::drain(&self.wake_r));
                 self.woken.store(false, Ordering::Release);
                 user_notify = self.notified.swap(false, Ordering::AcqRel);
             }
@@ -300,7 +319,10 @@ impl Backend for Blocking {
         let (r, w) = pipe::nonblocking_pipe()?;
         self.wake_r = r;
         self.wake_w = w;
-        self.set.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+        self.set
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         *self.notified.get_mut() = false;
         *self.changed.get_mut() = false;
         *self.woken.get_mut() = false;

@@ -83,7 +83,11 @@ fn readiness(flags: EventFlags) -> Readiness {
         r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
     }
     if flags.contains(EventFlags::ERR) {
-        r.insert(Readiness::ERROR.union(Readiness::READABLE).union(Readiness::WRITABLE));
+        r.insert(
+            Readiness::ERROR
+                .union(Readiness::READABLE)
+                .union(Readiness::WRITABLE),
+        );
     }
     r
 }
@@ -118,7 +122,11 @@ impl Epoll {
     /// epoll_pwait2(2) with an exact timespec, for timeouts that are not whole
     /// milliseconds. `None` means the kernel lacks it (ENOSYS, remembered).
     #[cfg(target_os = "linux")]
-    fn wait_exact(&self, buf: &mut [MaybeUninit<epoll::Event>], t: Duration) -> Option<io::Result<usize>> {
+    fn wait_exact(
+        &self,
+        buf: &mut [MaybeUninit<epoll::Event>],
+        t: Duration,
+    ) -> Option<io::Result<usize>> {
         if self.no_pwait2.load(Ordering::Relaxed) {
             return None;
         }
@@ -153,15 +161,24 @@ impl Epoll {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn wait_exact(&self, _: &mut [MaybeUninit<epoll::Event>], _: Duration) -> Option<io::Result<usize>> {
+    fn wait_exact(
+        &self,
+        _: &mut [MaybeUninit<epoll::Event>],
+        _: Duration,
+    ) -> Option<io::Result<usize>> {
         None
     }
 
-    fn wait_into(&self, buf: &mut [MaybeUninit<epoll::Event>], timeout: Option<Duration>) -> io::Result<usize> {
+    fn wait_into(
+        &self,
+        buf: &mut [MaybeUninit<epoll::Event>],
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
         if let Some(t) = timeout {
             // Not a whole number of milliseconds, and short enough for a plain
             // millisecond count: the exact wait avoids rounding up.
-            if t.subsec_nanos() % 1_000_000 != 0 && t < Duration::from_secs(i32::MAX as u64 / 1000) {
+            if t.subsec_nanos() % 1_000_000 != 0 && t < Duration::from_secs(i32::MAX as u64 / 1000)
+            {
                 if let Some(r) = self.wait_exact(buf, t) {
                     return r;
                 }
@@ -225,7 +242,12 @@ impl Backend for Epoll {
         self.ctl(Count::Delete, r)
     }
 
-    fn wait(&self, out: &mut Vec<RawEvent>, max: usize, timeout: Option<Duration>) -> io::Result<()> {
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
         let len = max.clamp(1, BATCH);
         self.counters.one(Count::Wait);

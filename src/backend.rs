@@ -100,7 +100,12 @@ pub trait Backend: Sealed + Send + Sync + Sized + 'static {
     /// unit), and a huge one is clamped rather than refused. A wake-up by `notify`
     /// drains the waker and appends nothing for it. EINTR is returned as
     /// `ErrorKind::Interrupted`; the poller turns it into an early `Ok`.
-    fn wait(&self, out: &mut Vec<RawEvent>, max: usize, timeout: Option<Duration>) -> io::Result<()>;
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<()>;
 
     /// Wakes one blocked [`wait`](Self::wait), or makes the next one return at once.
     /// Notifies that come before a wait consumes them coalesce into one wake-up.

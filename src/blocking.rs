@@ -46,7 +46,12 @@ use std::time::{Duration, Instant};
 /// writer.join().unwrap()?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn io_once<F, T, Op>(fd: F, interest: Interest, timeout: Option<Duration>, mut op: Op) -> io::Result<T>
+pub fn io_once<F, T, Op>(
+    fd: F,
+    interest: Interest,
+    timeout: Option<Duration>,
+    mut op: Op,
+) -> io::Result<T>
 where
     F: AsFd,
     Op: FnMut() -> io::Result<T>,

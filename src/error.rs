@@ -66,13 +66,10 @@ pub(crate) fn unknown_token(op: &'static str, token: crate::Token) -> io::Error 
 
 /// The poller was made in the parent of a fork and used in the child.
 pub(crate) fn forked(op: &'static str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Other,
-        format!(
-            "pollshot {op}: this poller was created before a fork and is used in the child; \
+    io::Error::other(format!(
+        "pollshot {op}: this poller was created before a fork and is used in the child; \
              call Poller::reinit_after_fork first (the kernel instance belongs to the parent)"
-        ),
-    )
+    ))
 }
 
 /// A negative descriptor number.

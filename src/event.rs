@@ -88,7 +88,8 @@ impl Event {
     }
 
     /// The peer will send no more: a read returns what is buffered, then EOF
-    /// (epoll `EPOLLRDHUP` or `EPOLLHUP`, kqueue `EV_EOF` on `EVFILT_READ`, poll `POLLHUP`).
+    /// (epoll `EPOLLRDHUP` or `EPOLLHUP`, kqueue `EV_EOF` on `EVFILT_READ`, poll `POLLRDHUP`
+    /// (Linux) or `POLLHUP`; poll(2) elsewhere has no half-close flag: the read returns EOF).
     /// A peer's `shutdown(SHUT_WR)` sets this and not [`is_write_closed`](Self::is_write_closed).
     #[inline]
     pub fn is_read_closed(&self) -> bool {

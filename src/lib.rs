@@ -61,10 +61,10 @@ pub use token::Token;
 mod epoll_backend;
 // Compiled on every target: its translation to kevent records is pure and unit
 // tested everywhere; only its system-call part is gated on the kqueue targets.
-#[path = "../backends/kqueue.rs"]
-mod kqueue_backend;
 #[path = "../backends/blocking.rs"]
 mod blocking_backend;
+#[path = "../backends/kqueue.rs"]
+mod kqueue_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).

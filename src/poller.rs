@@ -332,7 +332,9 @@ impl<B: Backend> Poller<B> {
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
     /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF); the
-    ///   registration is unchanged.
+    ///   registration is unchanged. The poll(2) backend checks this at the first
+    ///   arm only (later arms cost no system call): there a descriptor closed after
+    ///   its first arm is delivered once as an error event (`POLLNVAL`).
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
@@ -567,7 +569,10 @@ impl<B: Backend> Poller<B> {
         let table = self.table.get_mut().unwrap_or_else(PoisonError::into_inner);
         let mut synthetic = Vec::new();
         for (slot, entry) in table.slab.iter_mut() {
-            let state = entry.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            let state = entry
+                .state
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
             state.forget_kernel();
             let mut fb = Fallbacks::default();
             let armed = state.rearm_fresh(
@@ -585,7 +590,10 @@ impl<B: Backend> Poller<B> {
                 Err(e) => return Err(error::kernel("reinit_after_fork", entry.fd, e)),
             }
         }
-        let queue = self.synthetic.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let queue = self
+            .synthetic
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         queue.clear();
         queue.extend(synthetic);
         *self.synthetic_pending.get_mut() = !queue.is_empty();

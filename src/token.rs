@@ -156,7 +156,13 @@ mod tests {
 
     #[test]
     fn token_round_trips_at_the_edges() {
-        for (slot, inc) in [(0, 0), (u32::MAX, 0), (0, u32::MAX), (u32::MAX, u32::MAX), (7, 9)] {
+        for (slot, inc) in [
+            (0, 0),
+            (u32::MAX, 0),
+            (0, u32::MAX),
+            (u32::MAX, u32::MAX),
+            (7, 9),
+        ] {
             let t = Token::new(slot, inc);
             assert_eq!(t.index(), slot as usize);
             assert_eq!(t.incarnation(), inc);
@@ -168,7 +174,13 @@ mod tests {
     #[test]
     fn usize_tag_keeps_slot_and_incarnation_bits() {
         let max_slot = (MAX_SLOTS - 1) as u32;
-        for (slot, inc) in [(0, 0), (max_slot, 0), (0, u32::MAX), (max_slot, u32::MAX), (5, 4097)] {
+        for (slot, inc) in [
+            (0, 0),
+            (max_slot, 0),
+            (0, u32::MAX),
+            (max_slot, u32::MAX),
+            (5, 4097),
+        ] {
             let (s, i) = unpack_usize(pack_usize(slot, inc));
             assert_eq!(s, slot);
             assert_eq!(i, incarnation_in_usize(inc));
