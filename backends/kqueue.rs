@@ -890,9 +890,9 @@ mod imp {
         /// Changes waiting to ride on the next waiting call.
         pending: VecDeque<Record>,
         /// Records per descriptor handed to a `kevent` call that has not returned
-        /// (carried by a waiter, or in a change-only call). A later change for that
-        /// descriptor must stay behind them, or the kernel could apply it first.
-        inflight: HashMap<RawFd, u32>,
+        /// (carried by a waiter, or in a change-only call): the kernel may not
+        /// have applied them yet. See [`Shared::clear_to_go`].
+        inflight: HashMap<RawFd, Held>,
         views: HashMap<u32, View>,
         /// Threads between taking the queue and leaving `kevent`.
         waiters: usize,
@@ -901,7 +901,30 @@ mod imp {
         deferred: Vec<RawEvent>,
     }
 
+    /// Records of one descriptor in calls that have not returned.
+    #[derive(Clone, Copy, Debug, Default)]
+    struct Held {
+        all: u32,
+        /// Those whose order matters: adds, disables, deletes.
+        ordered: u32,
+    }
+
     impl Shared {
+        /// Whether `r` may reach the kernel before records of its descriptor that
+        /// are in calls that have not returned. Enables commute with enables (the
+        /// knote ends enabled whichever lands first; a late one at worst causes one
+        /// event the table drops as stale), so an enable or add may pass enables;
+        /// anything else waits behind (a disable overtaken by an enable would leave
+        /// an armed registration disabled).
+        fn clear_to_go(&self, r: &Record) -> bool {
+            match self.inflight.get(&r.change.fd) {
+                None => true,
+                Some(h) => {
+                    h.ordered == 0 && matches!(r.change.action, Action::Enable | Action::Add)
+                }
+            }
+        }
+
         fn view(&mut self, tag: Tag) -> &mut View {
             let fresh = |seq| View {
                 incarnation: tag.incarnation,
@@ -926,15 +949,18 @@ mod imp {
                 .filter(|v| incarnation_in_usize(v.incarnation) == inc && v.seq == rec.seq)
         }
 
-        fn hold(&mut self, fd: RawFd) {
-            *self.inflight.entry(fd).or_insert(0) += 1;
+        fn hold(&mut self, r: &Record) {
+            let h = self.inflight.entry(r.change.fd).or_default();
+            h.all += 1;
+            h.ordered += u32::from(r.change.action != Action::Enable);
         }
 
-        fn release(&mut self, fd: RawFd) {
-            if let Some(c) = self.inflight.get_mut(&fd) {
-                *c -= 1;
-                if *c == 0 {
-                    self.inflight.remove(&fd);
+        fn release(&mut self, r: &Record) {
+            if let Some(h) = self.inflight.get_mut(&r.change.fd) {
+                h.all -= 1;
+                h.ordered -= u32::from(r.change.action != Action::Enable);
+                if h.all == 0 {
+                    self.inflight.remove(&r.change.fd);
                 }
             }
         }
@@ -1124,8 +1150,9 @@ mod imp {
 
         /// Decides how `own` (records for one descriptor) travel. Under the lock.
         ///
-        /// - its descriptor has records in a `kevent` call that has not returned:
-        ///   queue behind them (and wake a blocked waiter to carry them);
+        /// - its descriptor has records in a `kevent` call that has not returned,
+        ///   which it may not overtake ([`Shared::clear_to_go`]): queue behind them
+        ///   (and wake a blocked waiter to carry them);
         /// - it adds a knote, or a thread is blocked in `kevent`, or the queue is
         ///   full: submit now, the descriptor's queued records first;
         /// - otherwise: queue, to ride on the next waiting call.
@@ -1134,7 +1161,7 @@ mod imp {
                 return Route::Queued { wake: false };
             };
             let adds = own.iter().any(|r| r.change.action == Action::Add);
-            if sh.inflight.contains_key(&fd) {
+            if !own.iter().all(|r| sh.clear_to_go(r)) {
                 sh.pending.extend(own.iter().copied());
                 return Route::Queued {
                     wake: sh.waiters > 0,
@@ -1150,7 +1177,7 @@ mod imp {
                 batch.push(*r);
             }
             for r in batch.as_slice() {
-                sh.hold(r.change.fd);
+                sh.hold(r);
             }
             Route::Now(batch)
         }
@@ -1187,7 +1214,7 @@ mod imp {
             }
             let mut sh = self.shared();
             for r in batch {
-                sh.release(r.change.fd);
+                sh.release(r);
             }
         }
 
@@ -1605,10 +1632,9 @@ mod imp {
                             break;
                         };
                         let fd = r.change.fd;
-                        let ours = carried[..ncarried].iter().any(|c| c.change.fd == fd);
-                        if !ours
-                            && (sh.inflight.contains_key(&fd)
-                                || skipped.iter().any(|s: &Record| s.change.fd == fd))
+                        // Records of one descriptor keep their order: once one is
+                        // skipped, so are the ones after it.
+                        if !sh.clear_to_go(&r) || skipped.iter().any(|s: &Record| s.change.fd == fd)
                         {
                             skipped.push_back(r);
                             continue;
@@ -1620,7 +1646,7 @@ mod imp {
                         sh.pending.push_front(r);
                     }
                     for r in &carried[..ncarried] {
-                        sh.hold(r.change.fd);
+                        sh.hold(r);
                     }
                     sh.waiters += 1;
                 }
@@ -1660,7 +1686,7 @@ mod imp {
                     let mut sh = self.shared();
                     sh.waiters -= 1;
                     for r in carried.iter().filter(|r| !reverify || !again(r)) {
-                        sh.release(r.change.fd);
+                        sh.release(r);
                     }
                     let mut errors = Vec::new();
                     pair(carried, entries, |i, errno| errors.push((i, errno)));
