@@ -918,14 +918,16 @@ fn floor_of(name: &str) -> &'static str {
 
 fn print_table(p: usize, t: usize, rows: &[(&str, Summary)]) {
     let get = |n: &str| rows.iter().find(|(m, _)| *m == n).map(|(_, s)| s.rate);
+    let cpu = |n: &str| rows.iter().find(|(m, _)| *m == n).map(|(_, s)| s.cpu_us);
     println!();
     println!("P={p} T={t}");
     println!(
-        "{:<26} {:>11} {:>8} {:>7} {:>7} {:>7} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6}",
+        "{:<26} {:>11} {:>8} {:>7} {:>8} {:>7} {:>7} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6}",
         "implementation",
         "rt/s",
         "cpu us",
         "x hand",
+        "cpu hand",
         "x poll",
         "x mio",
         "read",
@@ -946,11 +948,13 @@ fn print_table(p: usize, t: usize, rows: &[(&str, Summary)]) {
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<26} {:>11.0} {:>8.2} {:>7} {:>7} {:>7} {:>5.2} {:>5.2} {:>6} {:>6} {:>6} {:>6}",
+            "{:<26} {:>11.0} {:>8.2} {:>7} {:>8} {:>7} {:>7} {:>5.2} {:>5.2} {:>6} {:>6} {:>6} {:>6}",
             name,
             s.rate,
             s.cpu_us,
             ratio(Some(s.rate), get(floor_of(name))),
+            // CPU efficiency against the floor: its CPU per round trip over ours.
+            ratio(cpu(floor_of(name)), Some(s.cpu_us)),
             ratio(Some(s.rate), get("polling")),
             ratio(Some(s.rate), get("mio")),
             s.reads,
@@ -963,24 +967,30 @@ fn print_table(p: usize, t: usize, rows: &[(&str, Summary)]) {
     }
 }
 
-/// One line per target of issue 5, with the measured value.
 /// The summaries of one run: per (P, T), per implementation.
 type Results<'a> = [((usize, usize), Vec<(&'a str, Summary)>)];
 
+/// One line per target of issue 5, with the measured value (the ratio of median
+/// round trips per second) and, beside it, the same ratio in CPU time per round
+/// trip (steadier on a shared machine).
 fn print_targets(all: &Results<'_>) {
-    let rate = |p: usize, t: usize, n: &str| -> Option<f64> {
+    let get = |p: usize, t: usize, n: &str| -> Option<Summary> {
         all.iter()
             .find(|(k, _)| *k == (p, t))
-            .and_then(|(_, rows)| rows.iter().find(|(m, _)| *m == n).map(|(_, s)| s.rate))
+            .and_then(|(_, rows)| rows.iter().find(|(m, _)| *m == n).map(|(_, s)| *s))
     };
-    let line = |what: String, v: Option<f64>, min: f64| match v {
-        Some(v) => println!(
-            "  {:<4} {what}: {v:.2}x (target >= {min:.2}x)",
+    // The rate ratio a/b, and the CPU ratio b/a, as one value for `line`.
+    let r = |a: Option<Summary>, b: Option<Summary>| {
+        a.zip(b)
+            .map(|(a, b)| (a.rate / b.rate, b.cpu_us / a.cpu_us))
+    };
+    let line = |what: String, v: Option<(f64, f64)>, min: f64| match v {
+        Some((v, c)) => println!(
+            "  {:<4} {what}: {v:.2}x (target >= {min:.2}x; by CPU per round trip {c:.2}x)",
             if v >= min { "ok" } else { "MISS" }
         ),
         None => println!("  n/a  {what}: not measured in this run"),
     };
-    let r = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     println!();
     println!("targets (issue 5), medians of interleaved runs:");
     for ((p, t), rows) in all {
@@ -991,7 +1001,7 @@ fn print_targets(all: &Results<'_>) {
             if rows.iter().any(|(m, _)| *m == n) {
                 line(
                     format!("P={p} T={t} {n} / {floor}"),
-                    r(rate(*p, *t, n), rate(*p, *t, floor)),
+                    r(get(*p, *t, n), get(*p, *t, floor)),
                     0.97,
                 );
             }
@@ -1006,7 +1016,7 @@ fn print_targets(all: &Results<'_>) {
         if *p == 1 {
             line(
                 format!("P={p} T={t} pollshot-epoll / polling"),
-                r(rate(*p, *t, "pollshot-epoll"), rate(*p, *t, "polling")),
+                r(get(*p, *t, "pollshot-epoll"), get(*p, *t, "polling")),
                 min,
             );
         }
@@ -1015,12 +1025,12 @@ fn print_targets(all: &Results<'_>) {
         match t {
             1 => line(
                 format!("P={p} T={t} pollshot-epoll / mio"),
-                r(rate(*p, *t, "pollshot-epoll"), rate(*p, *t, "mio")),
+                r(get(*p, *t, "pollshot-epoll"), get(*p, *t, "mio")),
                 1.0,
             ),
             2 => line(
                 format!("P={p} T={t} pollshot-epoll-sharded / mio"),
-                r(rate(*p, *t, "pollshot-epoll-sharded"), rate(*p, *t, "mio")),
+                r(get(*p, *t, "pollshot-epoll-sharded"), get(*p, *t, "mio")),
                 1.0,
             ),
             _ => {}
