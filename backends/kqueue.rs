@@ -1287,8 +1287,12 @@ mod imp {
             let mut wake = false;
             while !todo.is_empty() {
                 let mut readds = Vec::new();
-                let mut fds: Vec<RawFd> = todo.iter().map(|r| r.change.fd).collect();
-                fds.dedup();
+                let mut fds: Vec<RawFd> = Vec::new();
+                for r in &todo {
+                    if !fds.contains(&r.change.fd) {
+                        fds.push(r.change.fd);
+                    }
+                }
                 for fd in fds {
                     let group: Vec<Record> =
                         todo.iter().filter(|r| r.change.fd == fd).copied().collect();
