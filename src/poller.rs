@@ -362,7 +362,14 @@ impl<B: Backend> Poller<B> {
 
     fn queue_synthetic(&self, slot: u32, generation: u32) {
         self.backend.counters().one(Count::Synthetic);
-        lock(&self.synthetic).push((slot, generation));
+        let mut queue = lock(&self.synthetic);
+        // At most one entry per slot: an earlier one is for an arming this arm
+        // replaced (stale). Kept, re-arms without a deliver would grow the queue
+        // without bound and push the current entry past a deliver's capacity.
+        match queue.iter_mut().find(|(s, _)| *s == slot) {
+            Some(entry) => entry.1 = generation,
+            None => queue.push((slot, generation)),
+        }
         self.synthetic_pending.store(true, Ordering::Release);
     }
 
