@@ -31,8 +31,9 @@
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`](crate::state::Kernel)
 //! of one registration, translating the state machine's commands into this
 //! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
-//! [`kqueue_changes`], the translation `DESIGN.md` describes, two knotes per
-//! registration; poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
+//! the kqueue backend's own pure translator, `changes` in `backends/kqueue.rs`,
+//! with its per-registration belief of what the kernel holds, submitted at once;
+//! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
 //! [`RawEvent`]s with the slot and stamp a backend would decode (epoll and poll:
 //! the arming generation; kqueue: the slot's incarnation), each with the
@@ -72,6 +73,7 @@
 
 use crate::backend::RawEvent;
 use crate::event::Readiness;
+use crate::kqueue_backend::changes as kqc;
 use crate::state::{Kernel, KernelError};
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
 use crate::Interest;
@@ -396,6 +398,31 @@ pub struct Calls {
     pub waits: u64,
 }
 
+/// What the kqueue backend believes the kernel holds for one registration, and
+/// which filters fired since its last command (its per-slot view in
+/// `backends/kqueue.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Belief {
+    knotes: kqc::Knotes,
+    seq: u32,
+    fired_at: Option<u32>,
+    fired: kqc::Filters,
+}
+
+impl Belief {
+    fn fired(&mut self, filter: Filter) {
+        let f = match filter {
+            Filter::Read => kqc::Filter::Read,
+            Filter::Write => kqc::Filter::Write,
+        };
+        if self.fired_at != Some(self.seq) {
+            self.fired_at = Some(self.seq);
+            self.fired = kqc::Filters::NONE;
+        }
+        self.fired = self.fired.with(f);
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Desc {
     levels: Levels,
@@ -412,6 +439,10 @@ pub struct Model {
     epoll: BTreeMap<(DescId, Fd), EpollEntry>,
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
+    /// kqueue: the backend's belief per registration, by `udata`.
+    beliefs: BTreeMap<u64, Belief>,
+    /// kqueue: the change records the registrations' commands sent.
+    sent: Vec<Change>,
     notified: bool,
     log: Vec<CommandRecord>,
     calls: Calls,
@@ -543,6 +574,8 @@ impl Model {
             epoll: BTreeMap::new(),
             knotes: BTreeMap::new(),
             pollset: BTreeMap::new(),
+            beliefs: BTreeMap::new(),
+            sent: Vec::new(),
             notified: false,
             log: Vec::new(),
             calls: Calls::default(),
@@ -709,6 +742,55 @@ impl Model {
         std::mem::take(&mut self.log)
     }
 
+    /// kqueue: the change records sent for registrations (through
+    /// [`RegKernel`] and [`Model::delivered`]) since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.sent)
+    }
+
+    /// Submits a kqueue plan at once: the records (with `EV_RECEIPT`), their
+    /// answers, and the belief of the registration afterwards (a refused record,
+    /// but of a delete, means its knote is not there).
+    fn submit(&mut self, plan: kqc::Plan, origin: Origin) -> Vec<(kqc::Action, Option<Errno>)> {
+        let quiet = Origin {
+            arming: 0,
+            ..origin
+        };
+        let records: Vec<Change> = plan
+            .changes()
+            .map(|c| Change {
+                ident: c.fd,
+                filter: match c.filter {
+                    kqc::Filter::Read => Filter::Read,
+                    kqc::Filter::Write => Filter::Write,
+                },
+                flags: c.flags() | kq::EV_RECEIPT,
+                udata: c.udata as u64,
+                origin: match c.action {
+                    kqc::Action::Add | kqc::Action::Enable => origin,
+                    kqc::Action::Disable | kqc::Action::Delete => quiet,
+                },
+            })
+            .collect();
+        let answers = self.kevent(&records);
+        let mut after = plan.after;
+        let mut out = Vec::new();
+        for (c, a) in plan.changes().zip(&answers) {
+            if a.is_err() && c.action != kqc::Action::Delete {
+                after.present = after.present.without(c.filter);
+                after.enabled = after.enabled.without(c.filter);
+            }
+            out.push((c.action, a.err()));
+        }
+        if let Some(udata) = records.first().map(|c| c.udata) {
+            if let Some(b) = self.beliefs.get_mut(&udata) {
+                b.knotes = after;
+            }
+        }
+        self.sent.extend(records);
+        out
+    }
+
     /// The epoll entries, by (description, number).
     pub fn epoll_entries(&self) -> &BTreeMap<(DescId, Fd), EpollEntry> {
         &self.epoll
@@ -825,22 +907,33 @@ impl Model {
         }
     }
 
-    /// After a delivery that completed an arming of the registration on `fd` with
-    /// `udata`: kqueue disables its other knotes (one delivery disarms the whole
-    /// registration, as `Backend::delivered` does); nothing on other semantics.
+    /// After a delivery that completed an arming of the registration on `fd` in
+    /// `slot`, incarnation `incarnation`: kqueue disables its filters that did not
+    /// fire, unless a command for it came after the event was read (then that
+    /// command decided), as `Backend::delivered` does in `backends/kqueue.rs`
+    /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
         if self.semantics != Semantics::Kqueue {
             return;
         }
-        let udata = pack_usize(slot, incarnation) as u64;
-        for f in Filter::BOTH {
-            if let Some(k) = self.knotes.get_mut(&(fd, f)) {
-                if k.udata == udata && k.enabled {
-                    self.calls.kevent_changes += 1;
-                    k.enabled = false;
-                }
-            }
+        let udata = pack_usize(slot, incarnation);
+        let Some(b) = self.beliefs.get_mut(&(udata as u64)) else {
+            return;
+        };
+        if b.fired_at != Some(b.seq) {
+            return;
         }
+        let plan = kqc::after_delivery(fd, udata, b.knotes, b.fired);
+        b.knotes = plan.after;
+        if plan.is_empty() {
+            return;
+        }
+        b.seq = b.seq.wrapping_add(1);
+        let origin = Origin {
+            owner: u64::MAX,
+            arming: 0,
+        };
+        self.submit(plan, origin);
     }
 
     /// What the kernel holds for the registration on `fd` in `slot`.
@@ -933,6 +1026,9 @@ impl Model {
                     }
                     if k.dispatch {
                         k.enabled = false;
+                    }
+                    if let Some(b) = self.beliefs.get_mut(&k.udata) {
+                        b.fired(filter);
                     }
                     let (slot, incarnation) = unpack_usize(k.udata as usize);
                     out.push(ModelEvent {
@@ -1027,6 +1123,9 @@ impl Model {
                             if k.dispatch {
                                 k.enabled = false;
                             }
+                            if let Some(b) = self.beliefs.get_mut(&k.udata) {
+                                b.fired(filter);
+                            }
                             let (slot, incarnation) = unpack_usize(k.udata as usize);
                             return Some(ModelEvent {
                                 raw: RawEvent {
@@ -1082,58 +1181,21 @@ impl Model {
     }
 }
 
-/// The kqueue translation of one state-machine command for the registration on
-/// `fd` whose `udata` is `udata`: one change record per filter, in the order read,
-/// write. Pure.
-///
-/// | command | `EVFILT_READ` / `EVFILT_WRITE` change |
-/// |---|---|
-/// | add(i) | `EV_ADD \| EV_DISPATCH`, plus `EV_DISABLE` on the filter not in i |
-/// | modify(i) | `EV_ENABLE \| EV_DISPATCH` on the filters in i, `EV_DISABLE \| EV_DISPATCH` on the other |
-/// | quiet | `EV_DISABLE \| EV_DISPATCH` |
-/// | delete | `EV_DELETE` |
-///
-/// Every record carries `EV_RECEIPT` (so that every change is answered, not only
-/// up to the first failure) and `udata`. Both knotes exist from the first arm on,
-/// so a later arm is always `EV_ENABLE`/`EV_DISABLE`, never a second `EV_ADD`
-/// (which libkqueue refuses on a socket knote without `EV_CLEAR`). `EV_DISPATCH`
-/// rides on enable and disable alike: without it a re-enabled knote would stay
-/// enabled after its next report.
-pub fn kqueue_changes(command: Command, fd: Fd, udata: u64, origin: Origin) -> [Change; 2] {
-    let quiet = Origin {
-        arming: 0,
-        ..origin
-    };
-    Filter::BOTH.map(|filter| {
-        let (flags, origin) = match command {
-            Command::Add(i, _) if filter.in_interest(i) => (kq::EV_ADD | kq::EV_DISPATCH, origin),
-            Command::Add(..) => (kq::EV_ADD | kq::EV_DISPATCH | kq::EV_DISABLE, quiet),
-            Command::Modify(i, _) if filter.in_interest(i) => {
-                (kq::EV_ENABLE | kq::EV_DISPATCH, origin)
-            }
-            Command::Modify(..) | Command::Quiet(_) => (kq::EV_DISABLE | kq::EV_DISPATCH, quiet),
-            Command::Delete => (kq::EV_DELETE, quiet),
-        };
-        Change {
-            ident: fd,
-            filter,
-            flags: flags | kq::EV_RECEIPT,
-            udata,
-            origin,
-        }
-    })
-}
-
 /// The [`Kernel`] of one registration in a [`Model`]: see [`Model::kernel`].
 ///
 /// Translates each command as the backend of the model's semantics does:
 ///
 /// | command | epoll | kqueue (both filters, one change each) | poll |
 /// |---|---|---|---|
-/// | add(i) | `ADD`, `ONESHOT` + i | [`kqueue_changes`] | insert armed, EBADF if closed |
-/// | modify(i) | `MOD`, `ONESHOT` + i | [`kqueue_changes`] | re-arm, ENOENT if absent |
-/// | quiet | `MOD`, `ONESHOT` alone | [`kqueue_changes`] | disarm, ENOENT if absent |
-/// | delete | `DEL` | [`kqueue_changes`] | remove, ENOENT if absent |
+/// | add(i) | `ADD`, `ONESHOT` + i | `EV_ADD \| EV_DISPATCH` per filter in i | insert armed, EBADF if closed |
+/// | modify(i) | `MOD`, `ONESHOT` + i | `EV_ENABLE \| EV_DISPATCH` per filter in i (`EV_ADD` if never added), `EV_DISABLE \| EV_DISPATCH` for one enabled outside i; ENOENT: delete both, add again | re-arm, ENOENT if absent |
+/// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
+/// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
+///
+/// The kqueue column is the backend's translator (`backends/kqueue.rs`,
+/// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
+/// refusals are classified as the backend classifies them (EINVAL on an add:
+/// not pollable, and the knotes are deleted; EBADF: bad descriptor).
 ///
 /// Every command and its answer is logged ([`Model::take_commands`]).
 #[derive(Debug)]
@@ -1157,15 +1219,71 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 }
 
 impl RegKernel<'_> {
-    fn kevent(&mut self, command: Command) -> Result<(), Errno> {
-        let udata = pack_usize(self.slot, self.incarnation) as u64;
-        let changes = kqueue_changes(command, self.fd, udata, self.origin);
-        let answers = self.model.kevent(&changes);
-        // The first refusal decides (EBADF and EINVAL come from both changes alike).
-        answers
-            .into_iter()
-            .find_map(Result::err)
-            .map_or(Ok(()), Err)
+    /// The kqueue backend's command for this registration: translate from the
+    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue.rs`).
+    fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
+        use kqc::Action::{Add, Delete, Disable, Enable};
+        let udata = pack_usize(self.slot, self.incarnation);
+        let cmd = match command {
+            Command::Add(i, _) => kqc::Command::Add(i),
+            Command::Modify(i, _) => kqc::Command::Modify(i),
+            Command::Quiet(_) => kqc::Command::Quiet,
+            Command::Delete => kqc::Command::Delete,
+        };
+        let b = self.model.beliefs.entry(udata as u64).or_default();
+        b.seq = b.seq.wrapping_add(1);
+        let plan = kqc::translate(cmd, self.fd, udata, b.knotes);
+        let mut answers = self.model.submit(plan, self.origin);
+        let lost = |a: &[(kqc::Action, Option<Errno>)]| {
+            a.iter()
+                .any(|(act, e)| matches!(act, Enable | Add) && *e == Some(Errno::NoEnt))
+        };
+        let all_gone = !answers.is_empty()
+            && answers
+                .iter()
+                .all(|&(act, e)| act == Disable && e == Some(Errno::NoEnt));
+        if let (kqc::Command::Add(i) | kqc::Command::Modify(i), true) = (cmd, lost(&answers)) {
+            if answers
+                .iter()
+                .all(|&(_, e)| matches!(e, None | Some(Errno::NoEnt)))
+            {
+                // Row "idle, arm(i)": on ENOENT, add: the backend starts it over.
+                answers = self
+                    .model
+                    .submit(kqc::readd(self.fd, udata, i), self.origin);
+                if lost(&answers) {
+                    return Err(KernelError::NotFound);
+                }
+            }
+        }
+        let mut bad_fd = false;
+        let mut not_pollable = false;
+        for &(act, e) in &answers {
+            match (act, e) {
+                (_, None) | (Delete, Some(Errno::NoEnt | Errno::BadF)) => {}
+                (Enable | Add | Disable, Some(Errno::NoEnt)) => {}
+                (Add, Some(Errno::Inval)) => not_pollable = true,
+                (_, Some(Errno::BadF)) => bad_fd = true,
+                (_, Some(e)) => {
+                    return Err(KernelError::Other(io::Error::from_raw_os_error(e.raw())))
+                }
+            }
+        }
+        if command == Command::Delete {
+            self.model.beliefs.remove(&(udata as u64));
+        }
+        if bad_fd {
+            return Err(KernelError::BadFd);
+        }
+        if not_pollable {
+            // Always ready from now on: no knote of it may stay behind.
+            let _ = self.kqueue(Command::Delete);
+            return Err(KernelError::NotPollable);
+        }
+        if cmd == kqc::Command::Quiet && all_gone {
+            return Err(KernelError::NotFound);
+        }
+        Ok(())
     }
 
     fn poll_arm(
@@ -1215,7 +1333,18 @@ impl RegKernel<'_> {
             (Semantics::Epoll, Command::Delete) => {
                 self.model.epoll_ctl(EpollOp::Del, self.fd, 0, 0, origin)
             }
-            (Semantics::Kqueue, command) => self.kevent(command),
+            (Semantics::Kqueue, command) => {
+                let r = self.kqueue(command);
+                let error = match &r {
+                    Ok(()) => None,
+                    Err(KernelError::NotFound) => Some(Errno::NoEnt),
+                    Err(KernelError::BadFd) => Some(Errno::BadF),
+                    Err(KernelError::NotPollable) => Some(Errno::Inval),
+                    Err(_) => Some(Errno::Inval),
+                };
+                self.model.log.push(CommandRecord { command, error });
+                return r;
+            }
             (Semantics::Poll, Command::Add(i, g)) => {
                 if self.model.is_open(self.fd) {
                     self.poll_arm(Some(i), g, false)

@@ -42,7 +42,7 @@ MACHINE = ["Open", "Dup", "Close", "Levels", "Register", "Arm", "Disarm",
 REAL = ["Open", "Dup", "Close", "Write", "Read", "Fill", "DrainPeer",
         "ShutdownPeer", "ClosePeer", "Register", "Arm", "Disarm", "Deregister",
         "Deliver", "Notify"]
-KQ = ["Open", "Dup", "Close", "Levels", "Command", "Wait"]
+KQ = ["Open", "Dup", "Close", "Levels", "Command", "Renew", "Wait", "Delivered"]
 R, W, B = 0, 1, 2  # interests
 RD, WR, RDHUP, HUP, ERR = 1, 2, 4, 8, 16  # level bits
 
@@ -148,19 +148,22 @@ SEEDS = {
             ("Deliver",)]),
     },
     "kqueue_changes": {
+        # Command fields: fd, cmd (0 add, 1 modify, 2 quiet, 3 delete), interest.
         "add_modify_quiet_delete": vec(KQ, [
-            ("Open", 0), ("Command", 0, 1, 0, 0, R, (1,)), ("Levels", 0, RD),
-            ("Wait",), ("Command", 0, 1, 0, 1, B, (2,)), ("Levels", 0, RD | WR),
-            ("Wait",), ("Command", 0, 1, 0, 2, R, (3,)), ("Wait",),
-            ("Command", 0, 1, 0, 3, R, (3,))]),
+            ("Open", 0), ("Command", 0, 0, R), ("Levels", 0, RD), ("Wait",),
+            ("Delivered", 0), ("Command", 0, 1, B), ("Levels", 0, RD | WR),
+            ("Wait",), ("Delivered", 0), ("Command", 0, 1, W), ("Command", 0, 2, R),
+            ("Wait",), ("Command", 0, 3, R)]),
+        # P05/P07: closed (EBADF), number reused (ENOENT, re-added), renewed.
         "closed_and_reused": vec(KQ, [
-            ("Open", 0), ("Dup", 0), ("Command", 0, 0, 0, 0, W, (1,)),
-            ("Close", 0), ("Command", 0, 0, 0, 1, W, (2,)), ("Open", 0),
-            ("Command", 0, 0, 0, 1, W, (2,)), ("Command", 0, 0, 0, 0, W, (2,)),
-            ("Levels", 0, WR), ("Wait",)]),
+            ("Open", 0), ("Dup", 0), ("Command", 0, 0, W), ("Close", 0),
+            ("Command", 0, 1, W), ("Command", 0, 2, W), ("Open", 0),
+            ("Command", 0, 1, W), ("Command", 0, 2, W), ("Command", 0, 1, B),
+            ("Levels", 0, WR), ("Wait",), ("Renew", 0), ("Command", 0, 0, R)]),
+        # P09: an add kqueue refuses (EINVAL): always ready, no knote left.
         "not_pollable": vec(KQ, [
-            ("Open", 1), ("Command", 0, 0, 0, 0, B, (1,)),
-            ("Command", 0, 0, 0, 2, B, (1,)), ("Command", 0, 0, 0, 3, B, (1,))]),
+            ("Open", 1), ("Command", 0, 0, B), ("Command", 0, 2, B),
+            ("Command", 0, 3, B)]),
     },
 }
 SEEDS["blocking_real"] = SEEDS["epoll_real"]

@@ -1,30 +1,38 @@
-//! The `kqueue_changes` harness: arbitrary state-machine commands (add, modify,
-//! quiet, delete, in any order, legal or not) for a few registrations, translated
-//! by `pollshot::model::kqueue_changes` into kevent change records and applied to
-//! the model's kqueue, between descriptor churn (open, dup, close, number reuse)
-//! and waits.
+//! The `kqueue_changes` harness: the kqueue backend's pure translator
+//! (`changes::translate`, `changes::readd`, `changes::after_delivery` in
+//! `backends/kqueue.rs`), as the kernel model drives it, fed arbitrary
+//! state-machine commands (add, modify, quiet, delete, in any order, legal or
+//! not) for one registration per descriptor number, between descriptor churn
+//! (open, dup, close, number reuse), waits and delivery hooks.
 //!
-//! Checked for every command:
-//! - the records: one per filter, read first; every one with `EV_RECEIPT` and the
-//!   registration's `udata`; `EV_DISPATCH` on every add, enable and disable;
-//!   `EV_DELETE` only for delete and alone; never `EV_ONESHOT` or `EV_CLEAR`;
-//! - the kernel's answers: EBADF on a closed number; EINVAL for an add on a
-//!   description kqueue cannot poll; ENOENT for an enable, disable or delete of a
-//!   knote that does not exist; the state machine's classification of each;
-//! - the knotes afterwards, when every record succeeded: add and modify(i) leave
-//!   exactly the filters of i enabled, quiet none, delete none present;
-//! - `udata` of a knote changes only with `EV_ADD`;
-//! - a wait reports only enabled knotes, disables each reported one
-//!   (`EV_DISPATCH`), and decodes to the slot and incarnation of its `udata`.
+//! Checked for every command, on the change records it sent
+//! (`Model::take_changes`):
+//! - every record names the number and carries the registration's `udata` and
+//!   `EV_RECEIPT`; exactly one of `EV_ADD`, `EV_ENABLE`, `EV_DISABLE`,
+//!   `EV_DELETE`; `EV_DISPATCH` on every add, enable and disable; `EV_DELETE`
+//!   alone; never `EV_ONESHOT` or `EV_CLEAR`;
+//! - `EV_ADD` only for an add or a modify, `EV_DELETE` only for a delete, the
+//!   re-add after ENOENT, or the clean-up of a description kqueue cannot poll;
+//! - the answer: EBADF on a closed number is `BadFd` (but a delete, for which it
+//!   means already gone); an add on a description kqueue cannot poll is
+//!   `NotPollable` and leaves no knote; an add or modify on an open, pollable
+//!   number succeeds (ENOENT is repaired by a re-add);
+//! - the knotes afterwards: add and modify(i) leave exactly the filters of i
+//!   enabled, with `EV_DISPATCH`; quiet leaves none enabled; delete none present;
+//! - every knote carries the `udata` of its number's registration.
+//!
+//! A wait reports exactly the enabled knotes whose filter is ready, disables each
+//! (`EV_DISPATCH`) and decodes to its `udata`'s slot and incarnation. The delivery
+//! hook sends only disables.
 
 use arbitrary::Arbitrary;
 use pollshot::model::{
-    kq, kqueue_changes, Command, Errno, Fd, Filter, Levels, Model, Origin, Semantics,
+    kq, Change, Command, CommandRecord, Fd, Filter, Levels, Model, Origin, Semantics,
 };
 use pollshot::state::{Kernel, KernelError};
 use std::collections::BTreeMap;
 
-/// One step.
+/// One step. `fd` picks among the open numbers.
 #[derive(Arbitrary, Clone, Copy, Debug)]
 #[allow(missing_docs)]
 pub enum KqOp {
@@ -41,56 +49,66 @@ pub enum KqOp {
         fd: u8,
         bits: u8,
     },
-    /// `cmd` modulo 4: add, modify, quiet, delete; the registration is
-    /// (`fd`, `slot` modulo 4, `incarnation` modulo 4).
+    /// `cmd` modulo 4: add, modify, quiet, delete, for the number's registration.
     Command {
         fd: u8,
-        slot: u8,
-        incarnation: u8,
         cmd: u8,
         interest: u8,
-        generation: u32,
+    },
+    /// Deregister the number's registration (a delete) and register it anew.
+    Renew {
+        fd: u8,
     },
     Wait,
+    /// The delivery hook for the number's registration.
+    Delivered {
+        fd: u8,
+    },
 }
 
-fn check_records(command: Command, changes: &[pollshot::model::Change; 2], fd: Fd, udata: u64) {
+#[derive(Clone, Copy, Debug)]
+struct Reg {
+    slot: u32,
+    incarnation: u32,
+}
+
+fn check_records(
+    command: Command,
+    result: &Result<(), KernelError>,
+    sent: &[Change],
+    fd: Fd,
+    udata: u64,
+) {
     use kq::*;
-    assert_eq!(changes[0].filter, Filter::Read);
-    assert_eq!(changes[1].filter, Filter::Write);
-    for c in changes {
+    for c in sent {
         assert_eq!((c.ident, c.udata), (fd, udata), "{command:?}: {c:?}");
         assert!(
             c.flags & EV_RECEIPT != 0,
             "{command:?}: no EV_RECEIPT in {c:?}"
         );
         assert!(c.flags & (EV_ONESHOT | EV_CLEAR) == 0, "{command:?}: {c:?}");
-        let acts = [EV_ADD, EV_ENABLE, EV_DISABLE, EV_DELETE];
+        let actions = [EV_ADD, EV_ENABLE, EV_DISABLE, EV_DELETE];
+        let n = actions.iter().filter(|&&a| c.flags & a != 0).count();
+        assert_eq!(n, 1, "{command:?}: not exactly one action in {c:?}");
         if c.flags & EV_DELETE != 0 {
+            assert_eq!(c.flags & !EV_RECEIPT, EV_DELETE, "{command:?}: {c:?}");
+            let cleanup = matches!(result, Err(KernelError::NotPollable));
             assert!(
-                matches!(command, Command::Delete),
+                matches!(
+                    command,
+                    Command::Delete | Command::Add(..) | Command::Modify(..)
+                ) || cleanup,
                 "EV_DELETE for {command:?}"
             );
-            assert_eq!(c.flags & !EV_RECEIPT, EV_DELETE, "{command:?}: {c:?}");
         } else {
             assert!(
                 c.flags & EV_DISPATCH != 0,
                 "{command:?}: no EV_DISPATCH in {c:?}"
             );
-            assert!(
-                acts.iter().any(|a| c.flags & a != 0),
-                "{command:?}: no action in {c:?}"
-            );
         }
-        let enables = c.flags & (EV_ADD | EV_ENABLE) != 0 && c.flags & EV_DISABLE == 0;
-        let wanted = match command {
-            Command::Add(i, _) | Command::Modify(i, _) => c.filter.in_interest(i),
-            Command::Quiet(_) | Command::Delete => false,
-        };
-        assert_eq!(enables, wanted, "{command:?}: {c:?}");
         if c.flags & EV_ADD != 0 {
             assert!(
-                matches!(command, Command::Add(..)),
+                matches!(command, Command::Add(..) | Command::Modify(..)),
                 "EV_ADD for {command:?}"
             );
         }
@@ -100,8 +118,22 @@ fn check_records(command: Command, changes: &[pollshot::model::Change; 2], fd: F
 /// Runs the steps. Panics on the first broken rule.
 pub fn run(ops: &[KqOp]) {
     let mut m = Model::new(Semantics::Kqueue);
-    // udata each knote was added with, to check it never changes otherwise.
-    let mut added: BTreeMap<(Fd, Filter), u64> = BTreeMap::new();
+    let mut regs: BTreeMap<Fd, Reg> = BTreeMap::new();
+    let mut incarnations = 0u32;
+    fn reg_of(fd: Fd, regs: &mut BTreeMap<Fd, Reg>, incarnations: &mut u32) -> Reg {
+        let n = regs.len() as u32;
+        *regs.entry(fd).or_insert_with(|| {
+            *incarnations += 1;
+            Reg {
+                slot: n,
+                incarnation: *incarnations,
+            }
+        })
+    }
+    let origin = Origin {
+        owner: 1,
+        arming: 1,
+    };
     for &op in ops {
         let fds = m.open_fds();
         let pick = |i: u8| (!fds.is_empty()).then(|| fds[i as usize % fds.len()]);
@@ -119,7 +151,6 @@ pub fn run(ops: &[KqOp]) {
             KqOp::Close { fd } => {
                 if let Some(fd) = pick(fd) {
                     m.close(fd).unwrap();
-                    added.retain(|&(f, _), _| f != fd);
                     assert!(
                         m.knotes().keys().all(|&(f, _)| f != fd),
                         "close left knotes on {fd}"
@@ -133,126 +164,156 @@ pub fn run(ops: &[KqOp]) {
                 }
             }
             KqOp::Wait => {
-                let enabled: Vec<(Fd, Filter)> = m
-                    .knotes()
+                // What must fire: the enabled knotes whose filter is ready, in key
+                // order (the model's report order).
+                let before = m.knotes().clone();
+                let due: Vec<(Fd, Filter)> = before
                     .iter()
-                    .filter(|(_, k)| k.enabled)
+                    .filter(|&(&(fd, f), k)| {
+                        k.enabled && f.fires(m.levels(m.description(fd).unwrap()))
+                    })
                     .map(|(&key, _)| key)
                     .collect();
-                let before = m.knotes().clone();
-                for ev in m.wait(usize::MAX) {
-                    let f = ev.filter.expect("a kqueue event names its filter");
-                    let key = enabled
-                        .iter()
-                        .copied()
-                        .find(|&(fd, filt)| {
-                            filt == f
-                                && before[&(fd, filt)].udata
-                                    == m.tag_for(ev.raw.slot, ev.raw.stamp, 0)
-                        })
-                        .expect("an event from a knote that was not enabled");
-                    assert!(
-                        !m.knote_enabled(key.0, key.1),
-                        "EV_DISPATCH left {key:?} enabled"
+                let events = m.wait(usize::MAX);
+                assert_eq!(
+                    events.len(),
+                    due.len(),
+                    "a wait reported {events:?}, ready and enabled: {due:?}"
+                );
+                for (ev, key) in events.iter().zip(&due) {
+                    assert_eq!(ev.filter, Some(key.1));
+                    assert_eq!(
+                        before[key].udata,
+                        m.tag_for(ev.raw.slot, ev.raw.stamp, 0),
+                        "{ev:?} from {key:?}"
+                    );
+                }
+                for (key, k) in m.knotes() {
+                    let was = before[key].enabled;
+                    assert_eq!(
+                        k.enabled,
+                        was && !due.contains(key),
+                        "{key:?} after a wait (EV_DISPATCH)"
                     );
                 }
             }
-            KqOp::Command {
-                fd,
-                slot,
-                incarnation,
-                cmd,
-                interest,
-                generation,
-            } => {
+            KqOp::Delivered { fd } => {
                 let Some(fd) = pick(fd) else { continue };
-                let (slot, inc) = (u32::from(slot % 4), u32::from(incarnation % 4));
+                let r = reg_of(fd, &mut regs, &mut incarnations);
+                m.delivered(fd, r.slot, r.incarnation);
+                for c in m.take_changes() {
+                    assert_eq!(
+                        c.flags,
+                        kq::EV_DISABLE | kq::EV_DISPATCH | kq::EV_RECEIPT,
+                        "delivery hook sent {c:?}"
+                    );
+                    assert_eq!(c.ident, fd);
+                }
+            }
+            KqOp::Renew { fd } => {
+                let Some(fd) = pick(fd) else { continue };
+                let r = reg_of(fd, &mut regs, &mut incarnations);
+                let _ = m.kernel(fd, r.slot, r.incarnation, origin).delete();
+                m.take_changes();
+                m.take_commands();
+                incarnations += 1;
+                regs.insert(
+                    fd,
+                    Reg {
+                        incarnation: incarnations,
+                        ..r
+                    },
+                );
+            }
+            KqOp::Command { fd, cmd, interest } => {
+                let Some(fd) = pick(fd) else { continue };
+                let r = reg_of(fd, &mut regs, &mut incarnations);
                 let i = super::interest(interest);
                 let command = match cmd % 4 {
-                    0 => Command::Add(i, generation),
-                    1 => Command::Modify(i, generation),
-                    2 => Command::Quiet(generation),
+                    0 => Command::Add(i, 0),
+                    1 => Command::Modify(i, 0),
+                    2 => Command::Quiet(0),
                     _ => Command::Delete,
                 };
-                let udata = m.tag_for(slot, inc, generation);
-                let origin = Origin {
-                    owner: 1,
-                    arming: 1,
-                };
-                check_records(
-                    command,
-                    &kqueue_changes(command, fd, udata, origin),
-                    fd,
-                    udata,
-                );
-                let open = m.is_open(fd);
+                let udata = m.tag_for(r.slot, r.incarnation, 0);
                 let pollable = m.description(fd).is_some_and(|d| m.is_pollable(d));
-                let had: Vec<bool> = Filter::BOTH
-                    .iter()
-                    .map(|&f| m.knotes().contains_key(&(fd, f)))
-                    .collect();
-                let mut k = m.kernel(fd, slot, inc, origin);
-                let r = match command {
+                let mut k = m.kernel(fd, r.slot, r.incarnation, origin);
+                let result = match command {
                     Command::Add(i, g) => k.add(i, g),
                     Command::Modify(i, g) => k.modify(i, g),
                     Command::Quiet(g) => k.quiet(g),
                     Command::Delete => k.delete(),
                 };
+                let sent = m.take_changes();
                 let log = m.take_commands();
-                assert_eq!(log.len(), 1);
-                let want = if !open {
-                    Some(Errno::BadF)
-                } else if matches!(command, Command::Add(..)) {
-                    (!pollable).then_some(Errno::Inval)
-                } else {
-                    (!had.iter().all(|&h| h)).then_some(Errno::NoEnt)
-                };
-                assert_eq!(
-                    log[0].error, want,
-                    "{command:?} on fd {fd} (open {open}, pollable {pollable}, knotes {had:?})"
+                assert!(
+                    matches!(&log[..], [CommandRecord { command: c, .. }] if *c == command),
+                    "{command:?} logged as {log:?}"
                 );
-                match (want, &r) {
-                    (None, Ok(())) => {}
-                    (Some(Errno::BadF), Err(KernelError::BadFd))
-                    | (Some(Errno::Inval), Err(KernelError::NotPollable))
-                    | (Some(Errno::NoEnt), Err(KernelError::NotFound)) => {}
-                    _ => panic!("{command:?}: answered {:?}, classified {r:?}", log[0].error),
-                }
-                if want.is_none() {
-                    for f in Filter::BOTH {
-                        let k = m.knotes().get(&(fd, f)).copied();
-                        match command {
-                            Command::Add(i, _) | Command::Modify(i, _) => {
-                                let k = k.expect("an armed registration lost a knote");
-                                assert_eq!(k.enabled, f.in_interest(i), "{command:?}: {f:?} {k:?}");
-                                assert!(k.dispatch);
-                            }
-                            Command::Quiet(_) => {
-                                assert!(!k.unwrap().enabled, "quiet left {f:?} enabled")
-                            }
-                            Command::Delete => assert!(k.is_none(), "delete left {f:?}"),
+                check_records(command, &result, &sent, fd, udata);
+                match (&result, command) {
+                    (Err(KernelError::NotPollable), Command::Add(..) | Command::Modify(..)) => {
+                        assert!(
+                            !pollable,
+                            "{command:?} on a pollable description: NotPollable"
+                        );
+                        assert!(
+                            m.knotes().keys().all(|&(f, _)| f != fd),
+                            "knotes left for a description kqueue cannot poll"
+                        );
+                    }
+                    (Err(e), _) => {
+                        let why = sent.len();
+                        assert!(
+                            matches!(
+                                (e, command),
+                                (KernelError::NotFound, Command::Quiet(_))
+                                    | (
+                                        KernelError::BadFd,
+                                        Command::Add(..) | Command::Modify(..) | Command::Quiet(_)
+                                    )
+                            ),
+                            "{command:?} on fd {fd} (pollable {pollable}, {why} records): {e:?}"
+                        );
+                        if matches!(e, KernelError::NotFound) {
+                            // Every disable answered ENOENT: nothing of it is enabled.
+                            assert!(Filter::BOTH.iter().all(|&f| !m.knote_enabled(fd, f)));
                         }
                     }
-                }
-                match command {
-                    Command::Add(..) if want.is_none() => {
+                    (Ok(()), _) => {
                         for f in Filter::BOTH {
-                            added.insert((fd, f), udata);
+                            let k = m.knotes().get(&(fd, f)).copied();
+                            match command {
+                                Command::Add(i, _) | Command::Modify(i, _) => {
+                                    let on = k.is_some_and(|k| k.enabled && k.dispatch);
+                                    assert_eq!(on, f.in_interest(i), "{command:?}: {f:?} {k:?}");
+                                }
+                                Command::Quiet(_) => assert!(
+                                    !k.is_some_and(|k| k.enabled),
+                                    "quiet left {f:?} enabled"
+                                ),
+                                Command::Delete => assert!(k.is_none(), "delete left {f:?}: {k:?}"),
+                            }
                         }
                     }
-                    Command::Delete if want.is_none() => {
-                        added.retain(|&(f, _), _| f != fd);
-                    }
-                    _ => {}
                 }
-                for (key, k) in m.knotes() {
-                    assert_eq!(
-                        Some(&k.udata),
-                        added.get(key),
-                        "udata of {key:?} changed without EV_ADD"
-                    );
+                // Only the modelled errors exist: an open pollable number never
+                // answers BadFd.
+                if matches!(result, Err(KernelError::BadFd)) {
+                    assert!(!m.is_open(fd), "{command:?}: BadFd on an open number");
                 }
             }
+        }
+        for (&(fd, f), k) in m.knotes() {
+            let r = regs
+                .get(&fd)
+                .copied()
+                .expect("a knote on a number never registered");
+            assert_eq!(
+                k.udata,
+                m.tag_for(r.slot, r.incarnation, 0),
+                "knote ({fd}, {f:?}) carries another registration's udata"
+            );
         }
     }
 }

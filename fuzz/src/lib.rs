@@ -98,9 +98,15 @@ pub struct MachineInput {
 }
 
 /// Decodes the whole input as libfuzzer-sys decodes a structured one; `None` when
-/// the bytes do not decode.
-pub fn decode<'a, T: Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
-    T::arbitrary_take_rest(Unstructured::new(data)).ok()
+/// the bytes do not decode. With `POLLSHOT_FUZZ_DEBUG` set in the environment,
+/// prints what was decoded (to read a crash: `POLLSHOT_FUZZ_DEBUG=1 cargo +nightly
+/// fuzz run TARGET ARTIFACT`).
+pub fn decode<'a, T: Arbitrary<'a> + std::fmt::Debug>(data: &'a [u8]) -> Option<T> {
+    let t = T::arbitrary_take_rest(Unstructured::new(data)).ok();
+    if std::env::var_os("POLLSHOT_FUZZ_DEBUG").is_some() {
+        eprintln!("{t:#?}");
+    }
+    t
 }
 
 /// Target `state_machine`: see the crate docs and [`sim`].

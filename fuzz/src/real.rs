@@ -5,7 +5,8 @@
 //!
 //! Descriptors: up to 12 open numbers over socketpairs, pipes (either end
 //! registered) and `/dev/null`; the peer end of each is held apart and never
-//! registered. Operations write and read through the peer or the registered end,
+//! registered (the model knows it too: a number closed under a registration may
+//! be reused by a peer). Operations write and read through the peer or the registered end,
 //! fill and drain send buffers, shut down or close the peer, close, dup and reuse
 //! numbers (the kernel hands out the lowest free one). Before each `deliver` the
 //! model takes the real readiness of every open number from poll(2).
@@ -197,7 +198,7 @@ impl<B: Backend> Harness<B> {
 
     fn pick_reg(&self, i: u8) -> Option<usize> {
         let n = self.tokens.len();
-        (n > 0).then_some(i as usize % n)
+        (n > 0).then(|| i as usize % n)
     }
 
     fn obj_of(&mut self, fd: u8) -> Option<&mut Obj> {
@@ -239,10 +240,17 @@ impl<B: Backend> Harness<B> {
             nonblocking(p);
         }
         let fd = local.as_raw_fd();
-        self.sim
-            .model_mut()
+        let model = self.sim.model_mut();
+        model
             .open_at(fd, kind != Kind::Null)
             .expect("the kernel handed out a number the model has open");
+        // The peer is in the model too: a registration whose number was closed
+        // may find the peer's description under it once the number is reused.
+        if let Some(p) = &peer {
+            model
+                .open_at(p.as_raw_fd(), true)
+                .expect("the kernel handed out a number the model has open");
+        }
         self.objs.push(Obj {
             kind,
             peer,
@@ -336,18 +344,24 @@ impl<B: Backend> Harness<B> {
                 }
             }
             RealOp::ClosePeer { fd } => {
-                if let Some(o) = self.obj_of(fd) {
-                    o.peer = None;
+                if let Some(p) = self.obj_of(fd).and_then(|o| o.peer.take()) {
+                    let n = p.as_raw_fd();
+                    drop(p);
+                    self.sim.close(n);
                 }
             }
             _ => unreachable!(),
         }
     }
 
-    /// The model takes every open number's readiness from poll(2).
+    /// The model takes every open number's readiness (registered ends and peers)
+    /// from poll(2).
     fn sync_levels(&mut self) {
-        for (&fd, l) in &self.locals {
-            let r = revents(&l.fd, PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP);
+        let locals = self.locals.values().map(|l| &l.fd);
+        let peers = self.objs.iter().filter_map(|o| o.peer.as_ref());
+        let fds: Vec<&OwnedFd> = locals.chain(peers).collect();
+        for fd in fds {
+            let r = revents(fd, PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP);
             let levels = Levels {
                 readable: r.contains(PollFlags::IN),
                 writable: r.contains(PollFlags::OUT),
@@ -355,7 +369,7 @@ impl<B: Backend> Harness<B> {
                 hang_up: r.contains(PollFlags::HUP),
                 error: r.contains(PollFlags::ERR),
             };
-            self.sim.set_levels(fd, levels);
+            self.sim.set_levels(fd.as_raw_fd(), levels);
         }
     }
 
@@ -418,8 +432,20 @@ impl<B: Backend> Harness<B> {
             if !ow.alive || ow.tainted {
                 continue;
             }
-            let l = &self.locals[&ow.fd];
-            let ready = self.objs[l.obj].kind == Kind::Null || {
+            // The number is open: a registered end, or (a repaired registration
+            // whose number was reused) a peer.
+            let (fd, null) = match self.locals.get(&ow.fd) {
+                Some(l) => (&l.fd, self.objs[l.obj].kind == Kind::Null),
+                None => (
+                    self.objs
+                        .iter()
+                        .filter_map(|o| o.peer.as_ref())
+                        .find(|p| p.as_raw_fd() == ow.fd)
+                        .expect("an untainted registration on a number that is not open"),
+                    false,
+                ),
+            };
+            let ready = null || {
                 let mut f = PollFlags::empty();
                 if interest.is_readable() {
                     f |= PollFlags::IN;
@@ -427,7 +453,7 @@ impl<B: Backend> Harness<B> {
                 if interest.is_writable() {
                     f |= PollFlags::OUT;
                 }
-                !revents(&l.fd, f).is_empty()
+                !revents(fd, f).is_empty()
             };
             if ready {
                 due.push(o);
