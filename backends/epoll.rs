@@ -17,7 +17,7 @@
 //! - the waker is an eventfd registered level-triggered under the reserved slot
 //!   `u32::MAX`; a wait that was not notified costs no extra system call.
 
-use crate::backend::{timeout_ms, Backend, RawEvent, Sealed, Tag};
+use crate::backend::{Backend, RawEvent, Sealed, Tag};
 use crate::error::classify;
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -54,6 +54,7 @@ pub struct Epoll {
 
 impl Sealed for Epoll {}
 
+#[inline]
 fn flags_for(interest: Interest) -> EventFlags {
     let mut flags = EventFlags::ONESHOT;
     if interest.is_readable() {
@@ -67,6 +68,7 @@ fn flags_for(interest: Interest) -> EventFlags {
 
 /// Readiness from `epoll_event.events`. Hang-up and error are reported on both
 /// directions, so whichever side the caller tries finds out.
+#[inline]
 fn readiness(flags: EventFlags) -> Readiness {
     let mut r = Readiness::EMPTY;
     if flags.intersects(EventFlags::IN | EventFlags::PRI) {
@@ -93,6 +95,7 @@ fn readiness(flags: EventFlags) -> Readiness {
 }
 
 /// Borrows a registered descriptor number for one `epoll_ctl`.
+#[inline]
 fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
     // SAFETY: the number is passed only to epoll_ctl(2), which validates it: a
     // closed number answers EBADF and a reused one is handled as the state table
@@ -113,6 +116,7 @@ impl Epoll {
         Ok((ep, waker))
     }
 
+    #[inline(always)]
     fn ctl(&self, count: Count, r: rustix::io::Result<()>) -> Result<(), KernelError> {
         self.counters.one(count);
         self.counters.one(Count::CtlCall);
@@ -169,6 +173,7 @@ impl Epoll {
         None
     }
 
+    #[inline(always)]
     fn wait_into(
         &self,
         buf: &mut [MaybeUninit<epoll::Event>],
@@ -219,18 +224,21 @@ impl Backend for Epoll {
         })
     }
 
+    #[inline(always)]
     fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
         let data = EventData::new_u64(pack64(tag.slot, tag.generation));
         let r = epoll::add(&self.epoll, fd_ref(fd), data, flags_for(interest));
         self.ctl(Count::Add, r)
     }
 
+    #[inline(always)]
     fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
         let data = EventData::new_u64(pack64(tag.slot, tag.generation));
         let r = epoll::modify(&self.epoll, fd_ref(fd), data, flags_for(interest));
         self.ctl(Count::Modify, r)
     }
 
+    #[inline(always)]
     fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         let data = EventData::new_u64(pack64(tag.slot, tag.generation));
         let r = epoll::modify(&self.epoll, fd_ref(fd), data, EventFlags::ONESHOT);
@@ -242,6 +250,7 @@ impl Backend for Epoll {
         self.ctl(Count::Delete, r)
     }
 
+    #[inline(always)]
     fn wait(
         &self,
         out: &mut Vec<RawEvent>,
@@ -309,5 +318,36 @@ impl Backend for Epoll {
 impl AsFd for Epoll {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.epoll.as_fd()
+    }
+}
+
+/// Converts a timeout to whole milliseconds for `epoll_wait(2)`:
+/// `None` is -1 (block), zero is 0, anything else is rounded *up* (never down to 0,
+/// which would spin) and clamped to `i32::MAX` (about 24.8 days).
+fn timeout_ms(timeout: Option<Duration>) -> i32 {
+    match timeout {
+        None => -1,
+        Some(t) if t.is_zero() => 0,
+        Some(t) => {
+            let ms = t.as_nanos().div_ceil(1_000_000);
+            i32::try_from(ms).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timeout_ms;
+    use std::time::Duration;
+
+    #[test]
+    fn millisecond_timeouts_round_up_and_clamp() {
+        assert_eq!(timeout_ms(None), -1);
+        assert_eq!(timeout_ms(Some(Duration::ZERO)), 0);
+        assert_eq!(timeout_ms(Some(Duration::from_nanos(1))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(999))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
+        assert_eq!(timeout_ms(Some(Duration::from_millis(7))), 7);
+        assert_eq!(timeout_ms(Some(Duration::MAX)), i32::MAX);
     }
 }

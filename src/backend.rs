@@ -123,34 +123,3 @@ pub trait Backend: Sealed + Send + Sync + Sized + 'static {
     /// The counters this backend and its poller increment.
     fn counters(&self) -> &Counters;
 }
-
-/// Converts a timeout to whole milliseconds for `epoll_wait(2)` or `poll(2)`:
-/// `None` is -1 (block), zero is 0, anything else is rounded *up* (never down to 0,
-/// which would spin) and clamped to `i32::MAX` (about 24.8 days).
-pub(crate) fn timeout_ms(timeout: Option<Duration>) -> i32 {
-    match timeout {
-        None => -1,
-        Some(t) if t.is_zero() => 0,
-        Some(t) => {
-            let ms = t.as_nanos().div_ceil(1_000_000);
-            i32::try_from(ms).unwrap_or(i32::MAX)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::timeout_ms;
-    use std::time::Duration;
-
-    #[test]
-    fn millisecond_timeouts_round_up_and_clamp() {
-        assert_eq!(timeout_ms(None), -1);
-        assert_eq!(timeout_ms(Some(Duration::ZERO)), 0);
-        assert_eq!(timeout_ms(Some(Duration::from_nanos(1))), 1);
-        assert_eq!(timeout_ms(Some(Duration::from_micros(999))), 1);
-        assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
-        assert_eq!(timeout_ms(Some(Duration::from_millis(7))), 7);
-        assert_eq!(timeout_ms(Some(Duration::MAX)), i32::MAX);
-    }
-}

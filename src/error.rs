@@ -82,6 +82,20 @@ pub(crate) fn negative_fd(fd: RawFd) -> io::Error {
 
 /// Classifies an OS error from a registration command: `errno` values the state
 /// machine has a row for become their variant, anything else is passed on.
+// Only the kernel backends (epoll, kqueue) classify errno values; poll(2)-only
+// targets such as illumos have no registration system call.
+#[cfg_attr(
+    not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly",
+        target_vendor = "apple"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn classify(e: io::Error, not_pollable: &[i32]) -> KernelError {
     match e.raw_os_error() {
         Some(libc::ENOENT) => KernelError::NotFound,
