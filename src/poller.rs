@@ -112,12 +112,15 @@ impl<B> FdKernel<'_, B> {
 }
 
 impl<B: Backend> Kernel for FdKernel<'_, B> {
+    #[inline(always)]
     fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
         self.backend.add(self.fd, self.tag(generation), interest)
     }
+    #[inline(always)]
     fn modify(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
         self.backend.modify(self.fd, self.tag(generation), interest)
     }
+    #[inline(always)]
     fn quiet(&mut self, generation: u32) -> Result<(), KernelError> {
         self.backend.quiet(self.fd, self.tag(generation))
     }
@@ -286,6 +289,7 @@ impl<B: Backend> Poller<B> {
             .map_err(|e| error::kernel("deregister", entry.fd, e))
     }
 
+    #[inline(always)]
     fn with_entry<R>(
         &self,
         op: &'static str,
@@ -339,6 +343,7 @@ impl<B: Backend> Poller<B> {
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
     ///   epoll_ctl(2), kevent(2).
+    #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
         let queued = self.with_entry("arm", token, |entry, state, mut kernel| {
@@ -388,6 +393,7 @@ impl<B: Backend> Poller<B> {
     ///   registration is disarmed in the table all the same (nothing more is
     ///   delivered for it).
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
+    #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
         self.with_entry("disarm", token, |entry, state, mut kernel| {
             state
@@ -441,6 +447,7 @@ impl<B: Backend> Poller<B> {
     /// # Errors
     /// `ErrorKind::Other` in a forked child before re-initialisation; the kernel's
     /// error from the wait otherwise (EBADF, EFAULT, EINVAL: not expected).
+    #[inline(always)]
     pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         self.check_fork("deliver")?;
         events.clear();

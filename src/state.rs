@@ -146,6 +146,7 @@ impl RegState {
     /// Arm for `interest`. See the module table; `fallbacks` records the fallbacks
     /// taken. On an error the state is unchanged, except that a descriptor the
     /// kernel refuses to poll becomes always ready (which is not an error).
+    #[inline(always)]
     pub fn arm<K: Kernel>(
         &mut self,
         interest: Interest,
@@ -199,6 +200,7 @@ impl RegState {
     /// ENOENT means the kernel already dropped the descriptor: the registration is
     /// fresh afterwards. EBADF (the number is closed) also leaves it fresh with a new
     /// generation, so nothing more is delivered for it, and is returned as an error.
+    #[inline(always)]
     pub fn disarm<K: Kernel>(&mut self, kernel: &mut K) -> Result<bool, KernelError> {
         if !matches!(self.phase, Phase::Armed(_)) {
             return Ok(false);
