@@ -183,6 +183,19 @@ pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend>() {
     assert_eq!(x.as_raw_fd(), n, "the number was free");
     let t_new = p.register(&x).unwrap();
     assert_ne!(t_new, t_old);
+    if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
+        // libkqueue (not a BSD kernel) keeps its internal epoll entry for a number
+        // closed while a dup holds the socket, and no kevent change removes it:
+        // DESIGN.md lists "a knote whose fd was closed without EV_DELETE goes
+        // stale" among its differences. What must still hold there: a clear error
+        // or a delivery, never a panic, and never the old tag.
+        if p.arm(t_new, Interest::READABLE).is_ok() {
+            assert_eq!(expect_one(&p, t_new).token(), t_new);
+        }
+        assert_no_events(&p, 5, Duration::from_millis(1));
+        p.deregister(t_new).unwrap();
+        return;
+    }
     #[cfg(feature = "stats")]
     let before = p.stats();
     p.arm(t_new, Interest::READABLE)
@@ -397,7 +410,19 @@ pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend>() {
     let t = p.register(&x).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     drop(x);
-    if B::NAME == "blocking" {
+    if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
+        // libkqueue keeps a closed number's knote (a BSD kernel drops it at close,
+        // see DESIGN.md), so whether the re-arm is refused at once (EBADF) or rides
+        // on the next wait and comes back as one error event depends on timing.
+        // Either way the refusal is reported once, never lost.
+        match p.arm(t, Interest::WRITABLE) {
+            Ok(()) => assert!(expect_one(&p, t).is_error()),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}"),
+        }
+        assert_no_events(&p, 3, Duration::from_millis(1));
+        let disarmed = p.disarm(t);
+        assert!(disarmed.is_ok() || disarmed.unwrap_err().kind() == io::ErrorKind::InvalidInput);
+    } else if B::NAME == "blocking" {
         // Documented in backends/blocking.rs: arms are in memory (no check of the
         // number after the first), and poll(2) reports a closed number as POLLNVAL
         // once per arming, as an error event.
@@ -779,7 +804,13 @@ pub fn case_p13_racing_disarm_rearm_on_erroring_fd<B: Backend>() {
                 p.deliver(&mut events, Some(Duration::from_millis(5)))
                     .unwrap();
                 for ev in &events {
-                    if ev.token() != t || !(ev.is_error() || ev.is_write_closed()) {
+                    // libkqueue reports the reset's errno in fflags only once
+                    // (its SO_ERROR read clears it); later read-filter reports
+                    // carry EV_EOF alone. BSD kernels keep the error.
+                    let hung_up = ev.is_error()
+                        || ev.is_write_closed()
+                        || (cfg!(pollshot_libkqueue) && ev.is_read_closed());
+                    if ev.token() != t || !hung_up {
                         bad.lock().unwrap().push(format!("{ev:?}"));
                     }
                     delivered.fetch_add(1, Ordering::AcqRel);
