@@ -5,12 +5,18 @@
 //! `pollshot::backends::Blocking`.
 //!
 //! - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
-//!   made while a thread is blocked in poll(2) wakes it (one pipe write) so that it
-//!   polls the new set; a quiet or delete needs no wake (what it removes is checked
-//!   again before anything is delivered).
+//!   made while threads are blocked in poll(2) wakes them (one pipe write) so that
+//!   they poll the new set; a quiet or delete needs no wake (what it removes is
+//!   checked again before anything is delivered). The set has a version, bumped by
+//!   each arm, and the pipe is drained only once no blocked waiter polls a set older
+//!   than the current one: a waiter that returns early cannot take the wake-up
+//!   meant for another one still polling without the new arm.
 //! - a wait polls every armed descriptor and the waker pipe; each reported
 //!   descriptor that is still armed with the same generation is disarmed in the set
-//!   and delivered, so one arming gives one delivery even with several waiters.
+//!   and delivered, so one arming gives one delivery even with several waiters. The
+//!   reports are taken starting at a position that turns with each wait, so that a
+//!   small buffer does not give every delivery to the first ready descriptor in the
+//!   set's order.
 //! - descriptors poll(2) cannot watch do not exist here: regular files are always
 //!   ready, and a closed number reports `POLLNVAL` once, as an error event.
 
@@ -25,7 +31,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// One registration in the set.
@@ -37,27 +43,46 @@ struct Reg {
     generation: u32,
 }
 
+/// The registrations and the waiters polling them.
+#[derive(Debug, Default)]
+struct Set {
+    regs: HashMap<u32, Reg>,
+    /// Bumped by every arm.
+    version: u64,
+    /// The version of the snapshot each waiter is polling now (one entry per
+    /// waiter, from its snapshot until poll(2) returned).
+    polling: Vec<u64>,
+}
+
+impl Set {
+    /// Whether a waiter is polling a snapshot older than the current set: it has
+    /// been woken for an arm and has not yet seen it.
+    fn stale_waiter(&self) -> bool {
+        self.polling.iter().any(|&v| v != self.version)
+    }
+}
+
 /// The poll(2) backend. See the module docs.
 #[derive(Debug)]
 pub struct Blocking {
-    set: Mutex<HashMap<u32, Reg>>,
+    set: Mutex<Set>,
+    /// Signalled when a waiter that polled an older set returns from poll(2).
+    caught_up: Condvar,
     wake_r: OwnedFd,
     wake_w: OwnedFd,
     /// A user notify is pending (a wait returns for it).
     notified: AtomicBool,
-    /// The set changed while a waiter was blocked (a wait re-polls for it).
-    changed: AtomicBool,
     /// A byte is in the pipe and not drained: further wakes skip the write.
     woken: AtomicBool,
-    /// Threads inside poll(2) now.
-    waiters: AtomicUsize,
+    /// Where the next wait starts taking reports (turns by one per wait).
+    rotate: AtomicUsize,
     counters: Counters,
 }
 
 impl Sealed for Blocking {}
 
 impl Blocking {
-    fn set(&self) -> MutexGuard<'_, HashMap<u32, Reg>> {
+    fn set(&self) -> MutexGuard<'_, Set> {
         self.set.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -76,12 +101,12 @@ impl Blocking {
         interest: Interest,
         must_exist: bool,
     ) -> Result<(), KernelError> {
-        {
+        let waiters = {
             let mut set = self.set();
-            if must_exist && !set.contains_key(&tag.slot) {
+            if must_exist && !set.regs.contains_key(&tag.slot) {
                 return Err(KernelError::NotFound);
             }
-            set.insert(
+            set.regs.insert(
                 tag.slot,
                 Reg {
                     fd,
@@ -89,11 +114,13 @@ impl Blocking {
                     generation: tag.generation,
                 },
             );
-        }
-        // Pairs with the waiter's count-then-snapshot in `wait`: either the waiter's
-        // snapshot holds this change, or this load sees the waiter and wakes it.
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            self.changed.store(true, Ordering::Release);
+            set.version = set.version.wrapping_add(1);
+            !set.polling.is_empty()
+        };
+        // A waiter that took its snapshot before this arm is listed in `polling`
+        // (both under the set's lock): wake it to poll the new set. The byte stays
+        // in the pipe until every such waiter has returned from poll(2) (`wait`).
+        if waiters {
             self.wake().map_err(KernelError::Other)?;
         }
         Ok(())
@@ -150,6 +177,9 @@ fn readiness(revents: PollFlags) -> Readiness {
     r
 }
 
+/// The longest single condition-variable wait (the loop around it goes on).
+const HOUR: Duration = Duration::from_secs(3600);
+
 /// The descriptor is valid: `fcntl(F_GETFD)` succeeds.
 fn is_open(fd: RawFd) -> bool {
     // SAFETY: the number only goes to fcntl(2), which answers EBADF for a closed one.
@@ -165,13 +195,13 @@ impl Backend for Blocking {
     fn new() -> io::Result<Blocking> {
         let (wake_r, wake_w) = pipe::nonblocking_pipe()?;
         Ok(Blocking {
-            set: Mutex::new(HashMap::new()),
+            set: Mutex::new(Set::default()),
+            caught_up: Condvar::new(),
             wake_r,
             wake_w,
             notified: AtomicBool::new(false),
-            changed: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
+            rotate: AtomicUsize::new(0),
             counters: Counters::default(),
         })
     }
@@ -194,7 +224,7 @@ impl Backend for Blocking {
 
     fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
-        match self.set().get_mut(&tag.slot) {
+        match self.set().regs.get_mut(&tag.slot) {
             Some(reg) => {
                 reg.armed = None;
                 reg.generation = tag.generation;
@@ -206,7 +236,7 @@ impl Backend for Blocking {
 
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        match self.set().remove(&tag.slot) {
+        match self.set().regs.remove(&tag.slot) {
             Some(_) => Ok(()),
             None => Err(KernelError::NotFound),
         }
@@ -221,16 +251,21 @@ impl Backend for Blocking {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut remaining = timeout;
         loop {
-            // Count this waiter before the snapshot: an arm that lands after the
-            // snapshot then sees the waiter and wakes it (see `arm_in_set`).
-            self.waiters.fetch_add(1, Ordering::SeqCst);
-            // A snapshot of the armed set: (slot, generation) beside each pollfd.
-            let armed: Vec<(u32, Reg)> = self
-                .set()
-                .iter()
-                .filter(|(_, r)| r.armed.is_some())
-                .map(|(&s, &r)| (s, r))
-                .collect();
+            // A snapshot of the armed set, (slot, generation) beside each pollfd,
+            // and this waiter listed with its version: an arm after this point
+            // wakes it (see `arm_in_set`).
+            let (armed, version) = {
+                let mut set = self.set();
+                let armed: Vec<(u32, Reg)> = set
+                    .regs
+                    .iter()
+                    .filter(|(_, r)| r.armed.is_some())
+                    .map(|(&s, &r)| (s, r))
+                    .collect();
+                let version = set.version;
+                set.polling.push(version);
+                (armed, version)
+            };
             let mut fds = Vec::with_capacity(armed.len() + 1);
             fds.push(PollFd::new(&self.wake_r, PollFlags::IN));
             for (_, reg) in &armed {
@@ -242,40 +277,55 @@ impl Backend for Blocking {
                     poll_flags(reg.armed.unwrap_or(Interest::BOTH)),
                 ));
             }
-            // A change flagged before this snapshot is in it: poll without blocking
-            // once, then loop for the time left.
-            let wait = if self.changed.swap(false, Ordering::AcqRel) {
-                Some(Duration::ZERO)
-            } else {
-                // poll(2) counts milliseconds on most targets: clamp to what fits;
-                // the loop below keeps waiting until the real deadline.
-                remaining.map(|t| t.min(Duration::from_millis(i32::MAX as u64)))
-            };
-            let ts = wait.map(|t| rustix::event::Timespec {
-                tv_sec: t.as_secs() as _,
-                tv_nsec: t.subsec_nanos() as _,
+            // poll(2) counts milliseconds on most targets: clamp to what fits; the
+            // loop below keeps waiting until the real deadline.
+            let ts = remaining.map(|t| {
+                let t = t.min(Duration::from_millis(i32::MAX as u64));
+                rustix::event::Timespec {
+                    tv_sec: t.as_secs() as _,
+                    tv_nsec: t.subsec_nanos() as _,
+                }
             });
             self.counters.one(Count::Wait);
             let r = rustix::event::poll(&mut fds, ts.as_ref());
-            self.waiters.fetch_sub(1, Ordering::SeqCst);
+            let mut set = self.set();
+            if let Some(i) = set.polling.iter().position(|&v| v == version) {
+                set.polling.swap_remove(i);
+            }
+            if version != set.version {
+                self.caught_up.notify_all();
+            }
+            // This waiter is off the list before an error (EINTR) is returned.
             let n = r?;
             let mut user_notify = false;
+            let mut left_for_others = false;
             if n > 0 && !fds[0].revents().is_empty() {
-                self.counters
-                    .bump(Count::WakeRead, pipe::drain(&self.wake_r));
-                self.woken.store(false, Ordering::Release);
+                // Another waiter still polls a set older than an arm: the byte is
+                // its wake-up too. Leave it; the last such waiter drains it.
+                if set.stale_waiter() {
+                    left_for_others = true;
+                } else {
+                    self.counters
+                        .bump(Count::WakeRead, pipe::drain(&self.wake_r));
+                    self.woken.store(false, Ordering::Release);
+                }
                 user_notify = self.notified.swap(false, Ordering::AcqRel);
             }
-            if n > 0 {
-                let mut set = self.set();
-                for (pfd, (slot, seen)) in fds[1..].iter().zip(&armed) {
-                    let revents = pfd.revents();
-                    if revents.is_empty() || out.len() >= max {
+            if n > 0 && !armed.is_empty() {
+                let start = self.rotate.fetch_add(1, Ordering::Relaxed) % armed.len();
+                for k in 0..armed.len() {
+                    if out.len() >= max {
+                        break;
+                    }
+                    let i = (start + k) % armed.len();
+                    let revents = fds[1 + i].revents();
+                    if revents.is_empty() {
                         continue;
                     }
+                    let (slot, seen) = &armed[i];
                     // Deliver only if still armed for the same generation: another
                     // waiter may have taken it, or it was disarmed or re-armed.
-                    if let Some(reg) = set.get_mut(slot) {
+                    if let Some(reg) = set.regs.get_mut(slot) {
                         if reg.armed.is_some() && reg.generation == seen.generation {
                             reg.armed = None;
                             out.push(RawEvent {
@@ -287,6 +337,7 @@ impl Backend for Blocking {
                     }
                 }
             }
+            drop(set);
             if !out.is_empty() || user_notify {
                 return Ok(());
             }
@@ -306,6 +357,30 @@ impl Backend for Blocking {
             if timeout == Some(Duration::ZERO) {
                 return Ok(());
             }
+            if left_for_others {
+                // Polling again now would return at once (the byte is still in the
+                // pipe): wait for the waiters it is for, which it has woken, to
+                // return from poll(2), up to the time left.
+                let mut set = self.set();
+                while set.stale_waiter() {
+                    let t = remaining.map_or(HOUR, |t| t.min(HOUR));
+                    let (guard, waited) = self
+                        .caught_up
+                        .wait_timeout(set, t)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    set = guard;
+                    if waited.timed_out() && remaining.is_some() {
+                        break;
+                    }
+                }
+                if let Some(d) = deadline {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(());
+                    }
+                    remaining = Some(d - now);
+                }
+            }
         }
     }
 
@@ -319,12 +394,9 @@ impl Backend for Blocking {
         let (r, w) = pipe::nonblocking_pipe()?;
         self.wake_r = r;
         self.wake_w = w;
-        self.set
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        // No thread but this one exists in the child: nobody is polling.
+        *self.set.get_mut().unwrap_or_else(PoisonError::into_inner) = Set::default();
         *self.notified.get_mut() = false;
-        *self.changed.get_mut() = false;
         *self.woken.get_mut() = false;
         Ok(())
     }

@@ -760,3 +760,87 @@ pub fn poller_is_send_sync<B: Backend>() {
     assert_send_sync::<Event>();
     assert_send::<Events>();
 }
+
+// ---------------------------------------------------------------------------
+// Found by the adversarial review: each named after the failure it guards against.
+
+/// Four pipes with data, armed, delivered with capacity 1 and re-armed after each
+/// delivery without draining: every one of them is delivered within 40 delivers.
+/// (The poll(2) backend scanned its set in one fixed order, so the first ready
+/// registration in that order took every delivery and the others starved.)
+pub fn capacity_1_never_starves_a_ready_registration<B: Backend>() {
+    let p = poller::<B>();
+    let pipes: Vec<(File, File)> = (0..4).map(|_| pipe()).collect();
+    let tokens: Vec<Token> = pipes
+        .iter()
+        .map(|(r, w)| {
+            (&*w).write_all(b"x").unwrap();
+            let t = p.register(r).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            t
+        })
+        .collect();
+    let mut events = Events::with_capacity(1);
+    let mut counts = vec![0usize; tokens.len()];
+    for _ in 0..40 {
+        p.deliver(&mut events, Some(LOST_AFTER)).unwrap();
+        for ev in &events {
+            let i = tokens.iter().position(|t| *t == ev.token()).unwrap();
+            counts[i] += 1;
+            p.arm(ev.token(), Interest::READABLE).unwrap();
+        }
+    }
+    assert_eq!(counts.iter().sum::<usize>(), 40, "{counts:?}");
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "a ready, armed registration starved: {counts:?}"
+    );
+}
+
+/// A thread blocks in `deliver(None)` with nothing armed; another arms a pipe and
+/// then makes a non-blocking `deliver` of its own (which may consume the wake-up
+/// the arm sent); then the pipe is written. The blocked thread must get the event.
+/// (On the poll(2) backend the second deliver drained the wake-up meant for the
+/// blocked thread, which went back to sleep polling its old set, without the pipe:
+/// the event was never delivered.) Repeated, since it is a race; a lost event is
+/// reported after [`LOST_AFTER`].
+pub fn arm_reaches_a_waiter_when_another_deliver_takes_the_wake<B: Backend>() {
+    for round in 0..30 {
+        let p = Arc::new(poller::<B>());
+        let (r, mut w) = pipe();
+        let t = p.register(&r).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let (p, done) = (p.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut events = Events::with_capacity(4);
+                while !done.load(Ordering::Acquire) {
+                    p.deliver(&mut events, None).unwrap();
+                    if let Some(ev) = events.iter().next() {
+                        let _ = tx.send(ev.token());
+                        return;
+                    }
+                }
+            })
+        };
+        // Make it likely (not certain) that the waiter is blocked in the kernel.
+        std::thread::sleep(Duration::from_millis(2));
+        p.arm(t, Interest::READABLE).unwrap();
+        assert_eq!(
+            p.deliver(&mut Events::with_capacity(4), Some(Duration::ZERO))
+                .unwrap(),
+            0
+        );
+        w.write_all(b"x").unwrap();
+        let got = rx.recv_timeout(LOST_AFTER);
+        done.store(true, Ordering::Release);
+        p.notify().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(
+            got.ok(),
+            Some(t),
+            "round {round}: the blocked deliver never got the event"
+        );
+    }
+}

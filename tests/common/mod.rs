@@ -67,6 +67,8 @@ macro_rules! suite {
             bad_deregistered_token,
             bad_garbage_token,
             poller_is_send_sync,
+            capacity_1_never_starves_a_ready_registration,
+            arm_reaches_a_waiter_when_another_deliver_takes_the_wake,
         ]);
         suite!(@tests $backend, cases, [
             case_p01_fetched_event_never_names_new_registration,
