@@ -77,6 +77,9 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     /// Synthetic events for always-ready registrations: (slot, generation).
     synthetic: Mutex<Vec<(u32, u32)>>,
     synthetic_pending: AtomicBool,
+    /// While synthetic events are pending, which source fills a deliver's buffer
+    /// first alternates: true means the kernel's turn (see `deliver`).
+    kernel_turn: AtomicBool,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
 }
@@ -164,6 +167,7 @@ impl<B: Backend> Poller<B> {
             incarnations: AtomicU32::new(0),
             synthetic: Mutex::new(Vec::new()),
             synthetic_pending: AtomicBool::new(false),
+            kernel_turn: AtomicBool::new(false),
             forks,
         })
     }
@@ -429,7 +433,9 @@ impl<B: Backend> Poller<B> {
     ///
     /// Each delivered event completes one arming and leaves its registration
     /// disarmed. Events for deregistered, disarmed or re-armed registrations (a stale
-    /// generation) are dropped, never delivered.
+    /// generation) are dropped, never delivered. While always-ready registrations
+    /// have synthetic events queued, they and the kernel's events take turns at
+    /// filling the buffer first, so that neither starves the other.
     ///
     /// # Timeouts
     /// - `None` blocks until an event or a [`notify`](Self::notify).
@@ -452,28 +458,56 @@ impl<B: Backend> Poller<B> {
         self.check_fork("deliver")?;
         events.clear();
         let mut timeout = timeout;
-        if self.synthetic_pending.load(Ordering::Acquire) {
+        // While synthetic events are pending, the synthetic queue and the kernel
+        // take turns at filling the buffer first: whichever went first could fill a
+        // small buffer on every call (an always-ready registration re-armed after
+        // each delivery) and starve the other.
+        let pending = self.synthetic_pending.load(Ordering::Acquire);
+        let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
+        if pending && !kernel_first {
             self.take_synthetic(events);
             if !events.is_empty() {
                 timeout = Some(Duration::ZERO);
             }
         }
-        let room = events.remaining();
-        if room == 0 {
+        if events.remaining() == 0 {
             return Ok(events.len());
         }
-        let mut raw = std::mem::take(&mut events.raw);
-        raw.clear();
-        let waited = self.backend.wait(&mut raw, room, timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
+        let mut waited = self.wait_kernel(
+            events,
+            if kernel_first {
+                Some(Duration::ZERO)
+            } else {
+                timeout
+            },
+        );
+        if kernel_first {
+            self.take_synthetic(events);
+            // Nothing current in either (the queued entries were stale): wait as
+            // asked.
+            if events.is_empty() && waited.is_ok() && timeout != Some(Duration::ZERO) {
+                waited = self.wait_kernel(events, timeout);
+            }
         }
-        events.raw = raw;
         match waited {
             Ok(()) => Ok(events.len()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(events.len()),
             Err(e) => Err(e),
         }
+    }
+
+    /// One backend wait for at most the room left in `events`; current events are
+    /// appended.
+    #[inline(always)]
+    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
+        let mut raw = std::mem::take(&mut events.raw);
+        raw.clear();
+        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
+        if !raw.is_empty() {
+            self.accept(&raw, events);
+        }
+        events.raw = raw;
+        waited
     }
 
     /// Checks kernel events against the table; current ones are delivered.
@@ -521,25 +555,39 @@ impl<B: Backend> Poller<B> {
         }
     }
 
+    /// Moves queued synthetic events that are still current into `events`, up to
+    /// its room. Stale entries (an arming since disarmed, re-armed or deregistered)
+    /// are dropped and take no room, so they cannot hide a current entry behind
+    /// them.
     fn take_synthetic(&self, events: &mut Events) {
-        let mut queue = lock(&self.synthetic);
-        let n = queue.len().min(events.remaining());
-        let taken: Vec<(u32, u32)> = queue.drain(..n).collect();
-        self.synthetic_pending
-            .store(!queue.is_empty(), Ordering::Release);
-        drop(queue);
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-        for (slot, generation) in taken {
-            let current = table.slab.get(slot as usize).and_then(|entry| {
-                let interest = lock(&entry.state).on_event(Some(generation))?;
-                Some((entry.token, interest))
-            });
-            match current {
-                Some((token, interest)) => events.push(Event {
-                    token,
-                    readiness: synthetic_readiness(interest),
-                }),
-                None => self.backend.counters().one(Count::Stale),
+        let mut taken = Vec::new();
+        while events.remaining() > 0 {
+            {
+                let mut queue = lock(&self.synthetic);
+                let n = queue.len().min(events.remaining());
+                taken.clear();
+                taken.extend(queue.drain(..n));
+                self.synthetic_pending
+                    .store(!queue.is_empty(), Ordering::Release);
+            }
+            if taken.is_empty() {
+                return;
+            }
+            // The synthetic lock is released before the table's: arm takes them
+            // in the other order.
+            let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+            for &(slot, generation) in &taken {
+                let current = table.slab.get(slot as usize).and_then(|entry| {
+                    let interest = lock(&entry.state).on_event(Some(generation))?;
+                    Some((entry.token, interest))
+                });
+                match current {
+                    Some((token, interest)) => events.push(Event {
+                        token,
+                        readiness: synthetic_readiness(interest),
+                    }),
+                    None => self.backend.counters().one(Count::Stale),
+                }
             }
         }
     }

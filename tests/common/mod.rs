@@ -69,6 +69,8 @@ macro_rules! suite {
             poller_is_send_sync,
             capacity_1_never_starves_a_ready_registration,
             arm_reaches_a_waiter_when_another_deliver_takes_the_wake,
+            synthetic_stale_entries_take_no_room,
+            synthetic_events_do_not_starve_kernel_events,
         ]);
         suite!(@tests $backend, cases, [
             case_p01_fetched_event_never_names_new_registration,
