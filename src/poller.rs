@@ -72,8 +72,6 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     /// The highest generation any freed registration reached: new registrations
     /// start above it, so events still queued for a freed slot are stale.
     epoch: AtomicU32,
-    /// The next incarnation handed out (the high half of a token).
-    incarnations: AtomicU32,
     /// Synthetic events for always-ready registrations: (slot, generation).
     synthetic: Mutex<Vec<(u32, u32)>>,
     synthetic_pending: AtomicBool,
@@ -132,6 +130,12 @@ impl<B: Backend> Kernel for FdKernel<'_, B> {
     }
 }
 
+/// The next incarnation handed out (the high half of a token). One counter for
+/// the whole process, not one per poller: a token from another poller then names
+/// no registration here (`NotFound`) instead of this poller's registration that
+/// happens to have the same slot and count.
+static INCARNATIONS: AtomicU32 = AtomicU32::new(0);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in another thread cannot leave a RegState half-written (every
     // transition is a plain assignment after the kernel answered), so poisoning
@@ -164,7 +168,6 @@ impl<B: Backend> Poller<B> {
                 by_fd: HashMap::new(),
             }),
             epoch: AtomicU32::new(0),
-            incarnations: AtomicU32::new(0),
             synthetic: Mutex::new(Vec::new()),
             synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
@@ -261,7 +264,7 @@ impl<B: Backend> Poller<B> {
                 "pollshot register: the table is full",
             ));
         }
-        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
+        let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
         let entry = table.slab.vacant_entry();
         let slot = entry.key();
         let token = Token::new(slot as u32, incarnation);

@@ -3,11 +3,12 @@
 //! # Packing
 //!
 //! A token is 64 bits on every target: the low 32 bits are the slot index in the
-//! poller's table, the high 32 bits are the slot's *incarnation*, a poller-wide
+//! poller's table, the high 32 bits are the slot's *incarnation*, a process-wide
 //! counter taken when the registration is made. A slot freed by
 //! [`deregister`](crate::Poller::deregister) and reused by a new registration gets a
 //! new incarnation, so a token kept past its deregistration (or an [`Event`] fetched
-//! before it) never names the new registration (scenario P01).
+//! before it) never names the new registration (scenario P01), and a token of
+//! another poller names no registration of this one.
 //!
 //! The kernel tag is backend specific:
 //!
@@ -31,8 +32,9 @@ use std::fmt;
 
 /// The name of a registration, handed out by [`Poller::register`](crate::Poller::register).
 ///
-/// `Copy`, comparable and hashable; unique for the poller's lifetime up to the
-/// wrap-around of a 32-bit incarnation counter (see the module docs for the layout).
+/// `Copy`, comparable and hashable; unique in the process (across pollers) up to
+/// the wrap-around of a 32-bit incarnation counter (see the module docs for the
+/// layout).
 /// [`Token::index`] is a small dense integer suitable for indexing a `Vec`; compare
 /// the whole token to tell a live registration from an earlier one in the same slot.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

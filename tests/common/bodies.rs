@@ -914,3 +914,26 @@ pub fn synthetic_events_do_not_starve_kernel_events<B: Backend>() {
         "20 delivers of capacity 1: file {files}, socket {socks}"
     );
 }
+
+/// A token handed out by another poller is `NotFound`, not a registration of
+/// this one. (Each poller counted incarnations from 0, so the first registration
+/// of every poller had the same token, and one poller's token armed, disarmed or
+/// deregistered another's registration.)
+pub fn bad_token_from_another_poller<B: Backend>() {
+    let p1 = poller::<B>();
+    let p2 = poller::<B>();
+    let (_a, b) = socketpair();
+    let (_c, d) = socketpair();
+    let t1 = p1.register(&b).unwrap();
+    let t2 = p2.register(&d).unwrap();
+    assert_ne!(t1, t2, "two pollers handed out the same token");
+    assert_eq!(
+        err_kind(p2.arm(t1, Interest::WRITABLE)),
+        io::ErrorKind::NotFound
+    );
+    assert_eq!(err_kind(p2.disarm(t1)), io::ErrorKind::NotFound);
+    assert_eq!(err_kind(p2.deregister(t1)), io::ErrorKind::NotFound);
+    assert_eq!(p2.len(), 1);
+    p2.arm(t2, Interest::WRITABLE).unwrap();
+    assert!(expect_one(&p2, t2).is_writable());
+}

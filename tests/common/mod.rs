@@ -71,6 +71,7 @@ macro_rules! suite {
             arm_reaches_a_waiter_when_another_deliver_takes_the_wake,
             synthetic_stale_entries_take_no_room,
             synthetic_events_do_not_starve_kernel_events,
+            bad_token_from_another_poller,
         ]);
         suite!(@tests $backend, cases, [
             case_p01_fetched_event_never_names_new_registration,
