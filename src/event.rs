@@ -146,10 +146,16 @@ pub struct Events {
 }
 
 impl Events {
+    /// The largest capacity: 65,536 events (about 1.75 MiB reserved).
+    /// [`with_capacity`](Events::with_capacity) lowers a larger one to this.
+    pub const MAX_CAPACITY: usize = 1 << 16;
+
     /// A buffer for up to `capacity` events per `deliver`. A capacity of 0 is
-    /// raised to 1 (a deliver that could return nothing would only sleep).
+    /// raised to 1 (a deliver that could return nothing would only sleep), and one
+    /// above [`MAX_CAPACITY`](Events::MAX_CAPACITY) is lowered to it (the whole
+    /// capacity is reserved here, so that `deliver` never allocates).
     pub fn with_capacity(capacity: usize) -> Events {
-        let cap = capacity.max(1);
+        let cap = capacity.clamp(1, Events::MAX_CAPACITY);
         Events {
             list: Vec::with_capacity(cap),
             cap,

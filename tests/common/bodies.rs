@@ -937,3 +937,23 @@ pub fn bad_token_from_another_poller<B: Backend>() {
     p2.arm(t2, Interest::WRITABLE).unwrap();
     assert!(expect_one(&p2, t2).is_writable());
 }
+
+/// `Events::with_capacity` with a huge capacity is lowered to
+/// `Events::MAX_CAPACITY`, and the buffer works. (It reserved the whole capacity
+/// up front: the process aborted on the failed allocation.)
+pub fn events_huge_capacity_is_clamped<B: Backend>() {
+    for cap in [usize::MAX, 1 << 40, Events::MAX_CAPACITY + 1] {
+        assert_eq!(Events::with_capacity(cap).capacity(), Events::MAX_CAPACITY);
+    }
+    assert_eq!(
+        Events::with_capacity(Events::MAX_CAPACITY).capacity(),
+        Events::MAX_CAPACITY
+    );
+    let p = poller::<B>();
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::WRITABLE).unwrap();
+    let mut events = Events::with_capacity(usize::MAX);
+    assert_eq!(p.deliver(&mut events, Some(LOST_AFTER)).unwrap(), 1);
+    assert_eq!(events.iter().next().unwrap().token(), t);
+}

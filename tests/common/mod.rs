@@ -72,6 +72,7 @@ macro_rules! suite {
             synthetic_stale_entries_take_no_room,
             synthetic_events_do_not_starve_kernel_events,
             bad_token_from_another_poller,
+            events_huge_capacity_is_clamped,
         ]);
         suite!(@tests $backend, cases, [
             case_p01_fetched_event_never_names_new_registration,
