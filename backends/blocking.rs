@@ -27,7 +27,7 @@ use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::Interest;
 use rustix::event::{PollFd, PollFlags};
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -399,6 +399,10 @@ impl Backend for Blocking {
         *self.notified.get_mut() = false;
         *self.woken.get_mut() = false;
         Ok(())
+    }
+
+    fn owns_fd(&self, fd: RawFd) -> bool {
+        fd == self.wake_r.as_raw_fd() || fd == self.wake_w.as_raw_fd()
     }
 
     fn counters(&self) -> &Counters {

@@ -310,6 +310,10 @@ impl Backend for Epoll {
         Ok(())
     }
 
+    fn owns_fd(&self, fd: RawFd) -> bool {
+        fd == self.epoll.as_raw_fd() || fd == self.waker.as_raw_fd()
+    }
+
     fn counters(&self) -> &Counters {
         &self.counters
     }

@@ -1820,6 +1820,12 @@ mod imp {
             self.forsaken = true;
         }
 
+        fn owns_fd(&self, fd: RawFd) -> bool {
+            fd == self.kq.as_raw_fd()
+                || matches!(&self.waker, Waker::Pipe { read, write }
+                    if fd == read.as_raw_fd() || fd == write.as_raw_fd())
+        }
+
         fn counters(&self) -> &Counters {
             &self.counters
         }

@@ -120,6 +120,11 @@ pub trait Backend: Sealed + Send + Sync + Sized + 'static {
     /// what the child must not close (a kqueue is not inherited across fork).
     fn abandon_after_fork(&mut self) {}
 
+    /// Whether `fd` is one of the backend's own descriptors (the kernel instance,
+    /// the waker). The poller refuses to register those: a registration would steal
+    /// the waker's readiness and break `notify`.
+    fn owns_fd(&self, fd: RawFd) -> bool;
+
     /// The counters this backend and its poller increment.
     fn counters(&self) -> &Counters;
 }

@@ -105,3 +105,11 @@ pub(crate) fn classify(e: io::Error, not_pollable: &[i32]) -> KernelError {
         _ => KernelError::Other(e),
     }
 }
+
+/// The descriptor is the poller's own (its kernel instance or waker).
+pub(crate) fn own_fd(fd: RawFd) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("pollshot register: fd {fd} is this poller's own kernel instance or waker"),
+    )
+}

@@ -201,9 +201,11 @@ impl<B: Backend> Poller<B> {
     /// one descriptor number has at most one registration.
     ///
     /// # Errors
-    /// `ErrorKind::Other` when used in a forked child before
-    /// [`reinit_after_fork`](Self::reinit_after_fork); `ErrorKind::OutOfMemory` past
-    /// 2^32 registrations (2^20 on 32-bit targets).
+    /// - `ErrorKind::InvalidInput`: `fd` is the poller's own kernel instance or
+    ///   waker.
+    /// - `ErrorKind::Other`: used in a forked child before
+    ///   [`reinit_after_fork`](Self::reinit_after_fork).
+    /// - `ErrorKind::OutOfMemory`: past 2^32 registrations (2^20 on 32-bit targets).
     pub fn register<F: AsFd>(&self, fd: F) -> io::Result<Token> {
         self.insert(fd.as_fd().as_raw_fd())
     }
@@ -248,6 +250,9 @@ impl<B: Backend> Poller<B> {
 
     fn insert(&self, fd: RawFd) -> io::Result<Token> {
         self.check_fork("register")?;
+        if self.backend.owns_fd(fd) {
+            return Err(error::own_fd(fd));
+        }
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(&old) = table.by_fd.get(&fd) {
             // The number is registered already: its descriptor was closed without a
@@ -338,7 +343,14 @@ impl<B: Backend> Poller<B> {
     /// (closed, number reused) MOD's ENOENT becomes ADD; if a dup of it is still
     /// registered, ADD's EEXIST becomes MOD. A descriptor the kernel cannot poll
     /// (regular files, `/dev/null`: epoll's EPERM) is reported always ready: each arm
-    /// queues one synthetic event and costs no system call.
+    /// queues one synthetic event (and wakes a thread blocked in `deliver`).
+    ///
+    /// The table is trusted for "already armed": if the descriptor was closed while
+    /// armed and its number reused, an arm with the same interest issues nothing
+    /// and the new descriptor is not watched until a disarm or an arm with another
+    /// interest. Likewise a registration found always ready stays so if its number
+    /// is reused by a pollable descriptor. Deregister before closing (or register
+    /// the new descriptor, which supersedes the old registration).
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
@@ -621,10 +633,14 @@ impl<B: Backend> Poller<B> {
     /// Fork detection relies on `pthread_atfork(3)`: a child made by a raw `clone`
     /// system call is not detected.
     ///
+    /// A registration whose descriptor is closed in the child (EBADF) cannot be
+    /// re-added: it is left unarmed, and its next [`arm`](Self::arm) reports the
+    /// closed descriptor as usual. It does not fail the re-initialisation.
+    ///
     /// # Errors
     /// The kernel's error creating the new instance or waker, or re-adding a
-    /// registration (a closed descriptor: EBADF). On error the poller stays unusable
-    /// in the child.
+    /// registration for a reason other than EBADF (ENOMEM, ENOSPC). The poller then
+    /// stays unusable in the child; calling this again starts over.
     pub fn reinit_after_fork(&mut self) -> io::Result<()> {
         let now = fork::count();
         if now == self.forks {
@@ -651,7 +667,8 @@ impl<B: Backend> Poller<B> {
             );
             match armed {
                 Ok(Armed::Synthetic) => synthetic.push((slot as u32, state.generation())),
-                Ok(_) => {}
+                // Closed in the child: left unarmed (fresh), reported at its next arm.
+                Ok(_) | Err(KernelError::BadFd) => {}
                 Err(e) => return Err(error::kernel("reinit_after_fork", entry.fd, e)),
             }
         }

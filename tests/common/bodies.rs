@@ -957,3 +957,22 @@ pub fn events_huge_capacity_is_clamped<B: Backend>() {
     assert_eq!(p.deliver(&mut events, Some(LOST_AFTER)).unwrap(), 1);
     assert_eq!(events.iter().next().unwrap().token(), t);
 }
+
+/// The poller's own descriptors (kernel instance, waker) cannot be registered:
+/// a registration would steal the waker's readiness and break `notify`.
+pub fn bad_register_own_descriptor<B: Backend>() {
+    let p = poller::<B>();
+    let mut refused = 0;
+    for fd in 0..64 {
+        // SAFETY: probing numbers; a closed one is simply never armed here.
+        if let Err(e) = unsafe { p.register_raw(fd) } {
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+            refused += 1;
+        }
+    }
+    assert!(refused >= 1, "the waker's number was accepted");
+    // notify still wakes a deliver after all that.
+    p.notify().unwrap();
+    let mut events = Events::with_capacity(4);
+    assert_eq!(p.deliver(&mut events, None).unwrap(), 0);
+}

@@ -63,6 +63,7 @@ macro_rules! suite {
             notify_1000_from_4_threads_never_lost,
             notify_coalesces,
             bad_negative_fd,
+            bad_register_own_descriptor,
             bad_closed_fd,
             bad_deregistered_token,
             bad_garbage_token,
