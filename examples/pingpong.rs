@@ -328,6 +328,15 @@ fn main() {
         (8usize, 2usize, 300_000u64, "all".to_string());
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!(
+                "pingpong: P socketpairs, T threads delivering on one shared poller, R round \
+                 trips of 64 bytes each, on every backend compiled for this OS.\n\
+                 usage: pingpong [--pairs P (8)] [--threads T (2)] [--rounds R (300000)] \
+                 [--backend epoll|kqueue|blocking|all (all)]"
+            );
+            return;
+        }
         let value = args
             .next()
             .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
@@ -354,8 +363,13 @@ fn main() {
         .collect();
     if chosen.is_empty() {
         let names: Vec<_> = compiled.iter().map(|(n, _)| *n).collect();
+        let why = if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
+            "not compiled for this OS"
+        } else {
+            "unknown backend"
+        };
         usage(&format!(
-            "--backend {backend:?}: not compiled here; this build has {} (or all)",
+            "--backend {backend:?}: {why}; this build has {} (or all)",
             names.join(", ")
         ));
     }

@@ -10,7 +10,7 @@
 //! | backend | targets | arm | delivery disarms by | waker |
 //! |---|---|---|---|---|
 //! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
-//! | [`backends::Kqueue`] | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
+//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //!
 //! All of them run one pure state machine, [`state`], so they behave the same. See
@@ -25,7 +25,7 @@
 //!
 //! # Cargo features and cfgs
 //!
-//! - `stats`: system call counters, [`Poller::stats`].
+//! - `stats`: system call counters, `Poller::stats` (a [`Stats`] snapshot).
 //! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an

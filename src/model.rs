@@ -28,7 +28,7 @@
 //!   the registration's slot, polled by descriptor number at wait time (a closed
 //!   number reports `POLLNVAL`; a reused number reports the new description).
 //!
-//! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`](crate::state::Kernel)
+//! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
 //! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
 //! the kqueue backend's own pure translator, `changes` in `backends/kqueue.rs`,

@@ -34,6 +34,10 @@ use std::time::Duration;
 /// can be named (`Poller<pollshot::backends::Blocking>`), so one process can compare
 /// them.
 ///
+/// Register (and record the token in your own table) before the first
+/// [`arm`](Self::arm): once armed, another thread's `deliver` may receive the event
+/// before `arm` returns.
+///
 /// `Poller` is `Send + Sync`: share it with an `Arc`. Any thread may arm, disarm,
 /// register and deregister while others are blocked in [`deliver`](Self::deliver);
 /// several threads may deliver at once, and each event reaches exactly one of them.
@@ -458,7 +462,8 @@ impl<B: Backend> Poller<B> {
     /// - Anything else waits at least that long: epoll uses `epoll_pwait2(2)` (a
     ///   timespec, exact) for timeouts that are not whole milliseconds where the
     ///   kernel has it, else rounds *up* to the next millisecond; kqueue passes a
-    ///   timespec; poll(2) rounds up to milliseconds. A nonzero timeout is never
+    ///   timespec; the poll(2) backend uses `ppoll(2)` with a timespec on Linux and
+    ///   milliseconds rounded up elsewhere. A nonzero timeout is never
     ///   rounded to 0, and a huge one (`Duration::MAX`) is clamped, not refused.
     ///
     /// Returns `Ok(0)` on a timeout, a notify, or when a signal interrupted the wait

@@ -5,7 +5,7 @@
 //! descriptor (then it is *always ready*). Each operation consults the state, issues
 //! at most the kernel commands the design's table names through a [`Kernel`] (the
 //! backend's translation for one descriptor), applies the fallbacks, and moves to the
-//! next state. This is the table of `DESIGN.md`, one row per match arm:
+//! next state. This is the design's state table, one row per match arm:
 //!
 //! | state | operation | kernel command | next state |
 //! |---|---|---|---|

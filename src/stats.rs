@@ -95,6 +95,7 @@ pub enum Count {
     Stale,
 }
 
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
 const KINDS: usize = 13;
 
 /// The live counters a backend and the poller increment.
