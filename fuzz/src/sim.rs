@@ -236,6 +236,7 @@ pub struct Sim {
     /// of commands that succeeded and of synthetic events; kqueue: incarnations).
     slot_stamps: Vec<Vec<u32>>,
     slots: Vec<Option<Entry>>,
+    free_slots: Vec<usize>,
     by_fd: BTreeMap<Fd, usize>,
     incarnations: u32,
     synthetic: Vec<Flight>,
@@ -275,6 +276,7 @@ impl Sim {
             slot_epoch: Vec::new(),
             slot_stamps: Vec::new(),
             slots: Vec::new(),
+            free_slots: Vec::new(),
             by_fd: BTreeMap::new(),
             incarnations: 0,
             synthetic: Vec::new(),
@@ -349,6 +351,7 @@ impl Sim {
 
     fn free(&mut self, slot: usize) -> Result<(), Failure> {
         let mut entry = self.slots[slot].take().expect("free of an empty slot");
+        self.free_slots.push(slot);
         if self.by_fd.get(&entry.fd) == Some(&slot) {
             self.by_fd.remove(&entry.fd);
         }
@@ -393,7 +396,8 @@ impl Sim {
             let op = self.op;
             self.owners[owner].log.push(Logged::Result(op, r));
         }
-        let slot = match self.slots.iter().position(Option::is_none) {
+        // As `slab` hands them out: the most recently freed slot first.
+        let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
                 self.slots.push(None);
@@ -529,8 +533,13 @@ impl Sim {
             }
             Ok(Armed::Kernel) => {
                 // The kernel now watches what the number refers to, under the
-                // current tag: a registration left behind by a close is repaired.
-                self.owners[owner].tainted = false;
+                // current tag: a registration left behind by a close is repaired
+                // once its number is open again (the poll backend arms a closed
+                // number without complaint).
+                let fd = self.owners[owner].fd;
+                if self.model.is_open(fd) {
+                    self.owners[owner].tainted = false;
+                }
                 assert!(renew, "(e) arm for the interest in force issued {cmds:?}");
                 assert!(first_ok, "arm from {:?} issued {cmds:?}", before.phase());
                 let fallback =
