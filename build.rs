@@ -1,5 +1,6 @@
-//! Links libkqueue for the `--cfg pollshot_libkqueue` build on Linux, and nothing
-//! else: every other build needs no build-time work.
+//! Sets `cfg(pollshot_kqueue)` where the kqueue backend is compiled (the BSDs and
+//! Apple targets, or Linux with `--cfg pollshot_libkqueue`), and links libkqueue
+//! for the `--cfg pollshot_libkqueue` build on Linux.
 //!
 //! The library is found, in order, through:
 //! 1. `LIBKQUEUE_DIR`: the directory holding `libkqueue.so` (or `libkqueue.a`);
@@ -22,7 +23,27 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
 
     let libkqueue = env::var_os("CARGO_CFG_POLLSHOT_LIBKQUEUE").is_some();
-    let linux = env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let linux = os == "linux";
+
+    // `pollshot_kqueue`: the kqueue backend's system-call layer is compiled (the
+    // BSDs and Apple, or Linux against libkqueue). The one place that list lives.
+    let kqueue_os = matches!(
+        os.as_str(),
+        "freebsd"
+            | "netbsd"
+            | "openbsd"
+            | "dragonfly"
+            | "macos"
+            | "ios"
+            | "tvos"
+            | "watchos"
+            | "visionos"
+    );
+    if kqueue_os || (libkqueue && linux) {
+        println!("cargo:rustc-cfg=pollshot_kqueue");
+    }
+
     if !(libkqueue && linux) {
         return;
     }

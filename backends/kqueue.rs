@@ -69,21 +69,7 @@
 //! - The kqueue is close-on-exec (`kqueue1(O_CLOEXEC)` on NetBSD, else `FD_CLOEXEC`
 //!   right after kqueue(2)).
 
-#![cfg_attr(
-    not(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-        all(target_os = "linux", pollshot_libkqueue)
-    )),
-    allow(dead_code)
-)]
+#![cfg_attr(not(pollshot_kqueue), allow(dead_code))]
 
 // An interface for the backend, the kernel model and the tests; not every target
 // uses every item.
@@ -470,35 +456,13 @@ pub(crate) mod changes {
         .union(Readiness::WRITABLE);
 }
 
-#[cfg(any(
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "visionos",
-    all(target_os = "linux", pollshot_libkqueue)
-))]
+#[cfg(pollshot_kqueue)]
 pub use self::imp::Kqueue;
 
 /// The system interface: libc's declarations on the BSDs and Apple, our own for
 /// libkqueue on Linux (neither libc nor rustix declares kqueue there). Everything
 /// that differs between kqueue implementations is in this module.
-#[cfg(any(
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "visionos",
-    all(target_os = "linux", pollshot_libkqueue)
-))]
+#[cfg(pollshot_kqueue)]
 mod sys {
     use super::changes::{self, Change, Filter};
     use std::io;
@@ -809,18 +773,7 @@ mod sys {
 }
 
 /// The backend: the change queue, the wait, the waker.
-#[cfg(any(
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "visionos",
-    all(target_os = "linux", pollshot_libkqueue)
-))]
+#[cfg(pollshot_kqueue)]
 mod imp {
     use super::changes::{self, Action, Change, Command, Filter, Filters, Knotes, Plan};
     use super::sys::{self, KEvent, Kind};

@@ -236,18 +236,7 @@ fn impls() -> Vec<(&'static str, Runner)> {
     let mut v: Vec<(&'static str, Runner)> = Vec::new();
     #[cfg(any(target_os = "linux", target_os = "android"))]
     v.push(("pollshot-epoll", via_pollshot::<pollshot::backends::Epoll>));
-    #[cfg(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-        all(target_os = "linux", pollshot_libkqueue)
-    ))]
+    #[cfg(pollshot_kqueue)]
     v.push((
         "pollshot-kqueue",
         via_pollshot::<pollshot::backends::Kqueue>,

@@ -806,18 +806,7 @@ fn impls() -> Vec<(&'static str, Runner, bool)> {
             true,
         ));
     }
-    #[cfg(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-        all(target_os = "linux", pollshot_libkqueue)
-    ))]
+    #[cfg(pollshot_kqueue)]
     {
         v.push((
             "pollshot-kqueue",

@@ -300,18 +300,7 @@ fn backends() -> Vec<(&'static str, Runner)> {
     let mut compiled: Vec<(&str, Runner)> = Vec::new();
     #[cfg(any(target_os = "linux", target_os = "android"))]
     compiled.push(("epoll", run::<pollshot::backends::Epoll>));
-    #[cfg(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-        all(target_os = "linux", pollshot_libkqueue)
-    ))]
+    #[cfg(pollshot_kqueue)]
     compiled.push(("kqueue", run::<pollshot::backends::Kqueue>));
     compiled.push(("blocking", run::<pollshot::backends::Blocking>));
     compiled

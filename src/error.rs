@@ -85,15 +85,7 @@ pub(crate) fn negative_fd(fd: RawFd) -> io::Error {
 // Only the kernel backends (epoll, kqueue) classify errno values; poll(2)-only
 // targets such as illumos have no registration system call.
 #[cfg_attr(
-    not(any(
-        target_os = "linux",
-        target_os = "android",
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_vendor = "apple"
-    )),
+    not(any(target_os = "linux", target_os = "android", pollshot_kqueue)),
     allow(dead_code)
 )]
 pub(crate) fn classify(e: io::Error, not_pollable: &[i32]) -> KernelError {

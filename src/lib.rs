@@ -72,18 +72,7 @@ pub mod backends {
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub use crate::epoll_backend::Epoll;
-    #[cfg(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-        all(target_os = "linux", pollshot_libkqueue)
-    ))]
+    #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
 }
 
@@ -101,17 +90,7 @@ cfg_if::cfg_if! {
         /// Whether the default backend multiplexes with a kernel oneshot mechanism
         /// (`EPOLLONESHOT` here). When false, consider the 1:1 path, [`blocking`].
         pub const MULTIPLEXES_ONESHOT: bool = true;
-    } else if #[cfg(any(
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "tvos",
-        target_os = "watchos",
-        target_os = "visionos",
-    ))] {
+    } else if #[cfg(all(pollshot_kqueue, not(target_os = "linux")))] {
         /// The default backend for this target: kqueue with `EV_DISPATCH`.
         pub type DefaultBackend = backends::Kqueue;
         /// Whether the default backend multiplexes with a kernel oneshot mechanism

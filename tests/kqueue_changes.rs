@@ -6,15 +6,7 @@
 //!
 //! Runs on the BSDs and Apple, and on Linux with `--cfg pollshot_libkqueue` against
 //! an installed libkqueue (see the README).
-#![cfg(any(
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly",
-    target_os = "macos",
-    target_os = "ios",
-    all(target_os = "linux", pollshot_libkqueue)
-))]
+#![cfg(pollshot_kqueue)]
 
 use pollshot::backends::Kqueue;
 use pollshot::{Events, Interest, Poller};
