@@ -46,6 +46,7 @@ mod pipe;
 mod poller;
 pub mod state;
 mod stats;
+mod table;
 mod token;
 
 pub use backend::{Backend, RawEvent, Tag};

@@ -6,14 +6,13 @@ use crate::event::{Event, Events};
 use crate::fork;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
+use crate::table::{Alloc, Entry, Slot, Table};
 use crate::token::MAX_SLOTS;
 use crate::{Interest, Token};
-use slab::Slab;
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
@@ -72,7 +71,7 @@ use std::time::Duration;
 /// ```
 pub struct Poller<B: Backend = crate::DefaultBackend> {
     backend: B,
-    table: RwLock<Table>,
+    table: Table,
     /// The highest generation any freed registration reached: new registrations
     /// start above it, so events still queued for a freed slot are stale.
     epoch: AtomicU32,
@@ -84,18 +83,6 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     kernel_turn: AtomicBool,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
-}
-
-struct Table {
-    slab: Slab<Entry>,
-    /// Which live registration holds each descriptor number.
-    by_fd: HashMap<RawFd, usize>,
-}
-
-struct Entry {
-    fd: RawFd,
-    token: Token,
-    state: Mutex<RegState>,
 }
 
 /// The state machine's view of one descriptor, translated by the backend.
@@ -141,9 +128,8 @@ impl<B: Backend> Kernel for FdKernel<'_, B> {
 static INCARNATIONS: AtomicU32 = AtomicU32::new(0);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic in another thread cannot leave a RegState half-written (every
-    // transition is a plain assignment after the kernel answered), so poisoning
-    // carries no information here.
+    // The synthetic queue is a Vec of plain pairs: a panic elsewhere cannot leave
+    // it half-written, so poisoning carries no information here.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -167,10 +153,7 @@ impl<B: Backend> Poller<B> {
         let forks = fork::install();
         Ok(Poller {
             backend: B::new()?,
-            table: RwLock::new(Table {
-                slab: Slab::new(),
-                by_fd: HashMap::new(),
-            }),
+            table: Table::new(),
             epoch: AtomicU32::new(0),
             synthetic: Mutex::new(Vec::new()),
             synthetic_pending: AtomicBool::new(false),
@@ -257,49 +240,58 @@ impl<B: Backend> Poller<B> {
         if self.backend.owns_fd(fd) {
             return Err(error::own_fd(fd));
         }
-        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(&old) = table.by_fd.get(&fd) {
+        let mut alloc = self.table.alloc();
+        if let Some(&old) = alloc.by_fd.get(&fd) {
             // The number is registered already: its descriptor was closed without a
             // deregister and the number reused (P02, P04), or the caller registered
             // it twice. The old registration is superseded: delete whatever the
             // kernel holds under this number (ENOENT/EBADF: nothing), free the slot.
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
             // whose events carry the old slot's generation: dropped as stale.
-            let _superseded = self.free(&mut table, old);
+            let _superseded = self.free(&mut alloc, old);
         }
-        if table.slab.len() >= MAX_SLOTS {
+        if alloc.slab.len() >= MAX_SLOTS {
             return Err(io::Error::new(
                 io::ErrorKind::OutOfMemory,
                 "pollshot register: the table is full",
             ));
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
-        let entry = table.slab.vacant_entry();
-        let slot = entry.key();
+        let slot = alloc.slab.insert(fd);
         let token = Token::new(slot as u32, incarnation);
-        entry.insert(Entry {
+        *self.table.slot_for_insert(&alloc, slot).lock() = Some(Entry {
             fd,
             token,
-            state: Mutex::new(RegState::new(self.epoch.load(Ordering::Relaxed))),
+            state: RegState::new(self.epoch.load(Ordering::Relaxed)),
         });
-        table.by_fd.insert(fd, slot);
+        alloc.by_fd.insert(fd, slot);
         Ok(token)
     }
 
     /// Removes slot `slot` from the table, deleting it from the kernel if there.
-    fn free(&self, table: &mut Table, slot: usize) -> io::Result<()> {
-        let entry = table.slab.remove(slot);
-        if table.by_fd.get(&entry.fd) == Some(&slot) {
-            table.by_fd.remove(&entry.fd);
+    /// The caller holds the allocation lock; the slot's lock is held across the
+    /// kernel's delete, so a racing arm then finds the slot empty (`NotFound`).
+    fn free(&self, alloc: &mut Alloc, slot: usize) -> io::Result<()> {
+        let fd = alloc.slab.remove(slot);
+        if alloc.by_fd.get(&fd) == Some(&slot) {
+            alloc.by_fd.remove(&fd);
         }
-        let mut state = lock(&entry.state);
-        let result = state.deregister(&mut FdKernel {
+        let Some(cell) = self.table.get(slot) else {
+            return Ok(());
+        };
+        let mut guard = cell.lock();
+        let Some(mut entry) = guard.take() else {
+            return Ok(());
+        };
+        let result = entry.state.deregister(&mut FdKernel {
             backend: &self.backend,
             fd: entry.fd,
             slot: slot as u32,
             incarnation: entry.token.incarnation(),
         });
-        self.epoch.fetch_max(state.generation(), Ordering::Relaxed);
+        self.epoch
+            .fetch_max(entry.state.generation(), Ordering::Relaxed);
+        drop(guard);
         result
             .map(drop)
             .map_err(|e| error::kernel("deregister", entry.fd, e))
@@ -310,22 +302,24 @@ impl<B: Backend> Poller<B> {
         &self,
         op: &'static str,
         token: Token,
-        f: impl FnOnce(&Entry, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
+        f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
     ) -> io::Result<R> {
         self.check_fork(op)?;
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-        let entry = match table.slab.get(token.index()) {
+        let Some(cell) = self.table.get(token.index()) else {
+            return Err(error::unknown_token(op, token));
+        };
+        let mut guard = cell.lock();
+        let entry = match guard.as_mut() {
             Some(e) if e.token == token => e,
             _ => return Err(error::unknown_token(op, token)),
         };
-        let mut state = lock(&entry.state);
         let kernel = FdKernel {
             backend: &self.backend,
             fd: entry.fd,
             slot: token.slot(),
             incarnation: token.incarnation(),
         };
-        f(entry, &mut state, kernel)
+        f(entry.fd, &mut entry.state, kernel)
     }
 
     fn count_fallbacks(&self, fb: Fallbacks) {
@@ -369,7 +363,7 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        let queued = self.with_entry("arm", token, |entry, state, mut kernel| {
+        let queued = self.with_entry("arm", token, |fd, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
             self.count_fallbacks(fb);
             match armed {
@@ -378,7 +372,7 @@ impl<B: Backend> Poller<B> {
                     Ok(true)
                 }
                 Ok(_) => Ok(false),
-                Err(e) => Err(error::kernel("arm", entry.fd, e)),
+                Err(e) => Err(error::kernel("arm", fd, e)),
             }
         })?;
         if queued {
@@ -418,11 +412,11 @@ impl<B: Backend> Poller<B> {
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
-        self.with_entry("disarm", token, |entry, state, mut kernel| {
+        self.with_entry("disarm", token, |fd, state, mut kernel| {
             state
                 .disarm(&mut kernel)
                 .map(drop)
-                .map_err(|e| error::kernel("disarm", entry.fd, e))
+                .map_err(|e| error::kernel("disarm", fd, e))
         })
     }
 
@@ -440,10 +434,15 @@ impl<B: Backend> Poller<B> {
     ///   EBADF; the registration is removed from the table all the same.
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
-        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
-        match table.slab.get(token.index()) {
-            Some(e) if e.token == token => self.free(&mut table, token.index()),
-            _ => Err(error::unknown_token("deregister", token)),
+        let mut alloc = self.table.alloc();
+        let live = self
+            .table
+            .get(token.index())
+            .is_some_and(|cell| matches!(&*cell.lock(), Some(e) if e.token == token));
+        if live {
+            self.free(&mut alloc, token.index())
+        } else {
+            Err(error::unknown_token("deregister", token))
         }
     }
 
@@ -532,10 +531,15 @@ impl<B: Backend> Poller<B> {
 
     /// Checks kernel events against the table; current ones are delivered.
     fn accept(&self, raw: &[RawEvent], events: &mut Events) {
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
         let counters = self.backend.counters();
         for ev in raw {
-            let Some(entry) = table.slab.get(ev.slot as usize) else {
+            let Some(cell) = self.table.get(ev.slot as usize) else {
+                counters.one(Count::Stale);
+                continue;
+            };
+            let mut guard = cell.lock();
+            let Some(entry) = guard.as_mut() else {
+                drop(guard);
                 counters.one(Count::Stale);
                 continue;
             };
@@ -544,33 +548,30 @@ impl<B: Backend> Poller<B> {
             } else {
                 (None, ev.stamp == stamp_of(entry.token))
             };
-            if !current {
-                counters.one(Count::Stale);
-                continue;
-            }
-            let mut state = lock(&entry.state);
-            match state.on_event(tag) {
+            let (fd, token) = (entry.fd, entry.token);
+            let accepted = if current {
+                entry.state.on_event(tag)
+            } else {
+                None
+            };
+            drop(guard);
+            match accepted {
                 Some(interest) => {
-                    drop(state);
                     let t = Tag {
                         slot: ev.slot,
-                        incarnation: entry.token.incarnation(),
+                        incarnation: token.incarnation(),
                         generation: 0,
                     };
-                    self.backend.delivered(entry.fd, t, interest, ev.readiness);
+                    self.backend.delivered(fd, t, interest, ev.readiness);
                     events.push(Event {
-                        token: entry.token,
+                        token,
                         readiness: ev.readiness,
                     });
                 }
-                None => {
-                    drop(state);
-                    // kqueue: the other filter of a registration delivered in this
-                    // same call is part of that delivery, not a stale event.
-                    if !(B::SPLIT_FILTERS && events.merge(entry.token, ev.readiness)) {
-                        counters.one(Count::Stale);
-                    }
-                }
+                // kqueue: the other filter of a registration delivered in this
+                // same call is part of that delivery, not a stale event.
+                None if current && B::SPLIT_FILTERS && events.merge(token, ev.readiness) => {}
+                None => counters.one(Count::Stale),
             }
         }
     }
@@ -593,12 +594,13 @@ impl<B: Backend> Poller<B> {
             if taken.is_empty() {
                 return;
             }
-            // The synthetic lock is released before the table's: arm takes them
+            // The synthetic lock is released before any slot's: arm takes them
             // in the other order.
-            let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
             for &(slot, generation) in &taken {
-                let current = table.slab.get(slot as usize).and_then(|entry| {
-                    let interest = lock(&entry.state).on_event(Some(generation))?;
+                let current = self.table.get(slot as usize).and_then(|cell| {
+                    let mut guard = cell.lock();
+                    let entry = guard.as_mut()?;
+                    let interest = entry.state.on_event(Some(generation))?;
                     Some((entry.token, interest))
                 });
                 match current {
@@ -652,13 +654,13 @@ impl<B: Backend> Poller<B> {
             return Ok(());
         }
         self.backend.reinit_after_fork()?;
-        let table = self.table.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let slots: Vec<usize> = self.table.alloc_mut().slab.iter().map(|(k, _)| k).collect();
         let mut synthetic = Vec::new();
-        for (slot, entry) in table.slab.iter_mut() {
-            let state = entry
-                .state
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner);
+        for slot in slots {
+            let Some(Some(entry)) = self.table.get_mut(slot).map(Slot::get_mut) else {
+                continue;
+            };
+            let state = &mut entry.state;
             state.forget_kernel();
             let mut fb = Fallbacks::default();
             let armed = state.rearm_fresh(
@@ -690,11 +692,7 @@ impl<B: Backend> Poller<B> {
 
     /// The number of live registrations.
     pub fn len(&self) -> usize {
-        self.table
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .slab
-            .len()
+        self.table.alloc().slab.len()
     }
 
     /// Whether no descriptor is registered.
