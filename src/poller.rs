@@ -72,9 +72,6 @@ use std::time::Duration;
 pub struct Poller<B: Backend = crate::DefaultBackend> {
     backend: B,
     table: Table,
-    /// The highest generation any freed registration reached: new registrations
-    /// start above it, so events still queued for a freed slot are stale.
-    epoch: AtomicU32,
     /// Synthetic events for always-ready registrations: (slot, generation).
     synthetic: Mutex<Vec<(u32, u32)>>,
     synthetic_pending: AtomicBool,
@@ -154,7 +151,6 @@ impl<B: Backend> Poller<B> {
         Ok(Poller {
             backend: B::new()?,
             table: Table::new(),
-            epoch: AtomicU32::new(0),
             synthetic: Mutex::new(Vec::new()),
             synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
@@ -259,10 +255,11 @@ impl<B: Backend> Poller<B> {
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
         let slot = alloc.slab.insert(fd);
         let token = Token::new(slot as u32, incarnation);
-        *self.table.slot_for_insert(&alloc, slot).lock() = Some(Entry {
+        let cell = self.table.slot_for_insert(&alloc, slot);
+        *cell.lock() = Some(Entry {
             fd,
             token,
-            state: RegState::new(self.epoch.load(Ordering::Relaxed)),
+            state: RegState::new(cell.next_generation(&alloc)),
         });
         alloc.by_fd.insert(fd, slot);
         Ok(token)
@@ -289,8 +286,7 @@ impl<B: Backend> Poller<B> {
             slot: slot as u32,
             incarnation: entry.token.incarnation(),
         });
-        self.epoch
-            .fetch_max(entry.state.generation(), Ordering::Relaxed);
+        cell.set_next_generation(alloc, entry.state.generation());
         drop(guard);
         result
             .map(drop)

@@ -16,7 +16,7 @@ use slab::Slab;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Slots in the first chunk.
@@ -34,7 +34,14 @@ pub(crate) struct Entry {
 /// One slot: empty, or a registration behind its own lock. The lock is held across
 /// the kernel command for that registration, so its state has one owner at a time.
 #[derive(Default)]
-pub(crate) struct Slot(Mutex<Option<Entry>>);
+pub(crate) struct Slot {
+    inner: Mutex<Option<Entry>>,
+    /// The generation the slot's last registration ended at: the next one starts
+    /// there, so the tags one slot hands out do not repeat before 2^32 armings, and
+    /// events still queued for an earlier registration are stale (wrap-around
+    /// included). Read and written only under the allocation lock.
+    generation: AtomicU32,
+}
 
 impl Slot {
     /// Locks the slot. A panic elsewhere cannot leave a `RegState` half-written
@@ -42,12 +49,22 @@ impl Slot {
     /// poisoning carries no information and is ignored.
     #[inline(always)]
     pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Entry>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where the next registration in this slot starts (under the allocation lock).
+    pub(crate) fn next_generation(&self, _held: &Alloc) -> u32 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Records where the freed registration ended (under the allocation lock).
+    pub(crate) fn set_next_generation(&self, _held: &Alloc, generation: u32) {
+        self.generation.store(generation, Ordering::Relaxed);
     }
 
     /// The slot's contents, through exclusive access.
     pub(crate) fn get_mut(&mut self) -> &mut Option<Entry> {
-        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

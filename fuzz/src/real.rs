@@ -188,7 +188,7 @@ impl<B: Backend> Harness<B> {
             last: poller.stats(),
             poller,
             // The Poller's own start generation and epoch policy.
-            sim: Sim::new(semantics, 0, super::sim::EpochPolicy::GlobalMax),
+            sim: Sim::new(semantics, 0, super::sim::EpochPolicy::PerSlot),
             epoll: semantics == Semantics::Epoll,
             objs: Vec::new(),
             locals: BTreeMap::new(),

@@ -217,12 +217,10 @@ struct Flight {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EpochPolicy {
     /// Above the last generation of the slot's previous registration (wrap-safe:
-    /// a tag carries the slot, so only that slot's stale tags matter).
+    /// a tag carries the slot, so only that slot's stale tags matter). `Poller`'s
+    /// rule (`src/table.rs`); an earlier global `fetch_max` stopped advancing once
+    /// a generation wrapped, and this simulator found a stale delivery with it.
     PerSlot,
-    /// `Poller` as of this writing: the highest generation any freed
-    /// registration reached (`fetch_max`), which stops advancing once a
-    /// generation wraps.
-    GlobalMax,
 }
 
 /// The simulated poller. See the module docs.
@@ -230,7 +228,6 @@ pub struct Sim {
     model: Model,
     policy: EpochPolicy,
     start: u32,
-    epoch: u32,
     slot_epoch: Vec<u32>,
     /// Per slot: the last stamps the kernel took (epoll and poll: the generations
     /// of commands that succeeded and of synthetic events; kqueue: incarnations).
@@ -272,7 +269,6 @@ impl Sim {
             model: Model::new(semantics),
             policy,
             start,
-            epoch: start,
             slot_epoch: Vec::new(),
             slot_stamps: Vec::new(),
             slots: Vec::new(),
@@ -377,7 +373,6 @@ impl Sim {
         }
         self.commands.extend(cmds);
         let g = entry.state.generation();
-        self.epoch = self.epoch.max(g);
         self.slot_epoch[slot] = g;
         let o = &mut self.owners[entry.owner];
         o.alive = false;
@@ -408,7 +403,6 @@ impl Sim {
         };
         let start = match self.policy {
             EpochPolicy::PerSlot => self.slot_epoch[slot],
-            EpochPolicy::GlobalMax => self.epoch,
         };
         let incarnation = self.incarnations;
         self.incarnations = self.incarnations.wrapping_add(1);
