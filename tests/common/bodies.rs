@@ -539,23 +539,7 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
 /// `notify` from another thread wakes a `deliver(None)` blocked with nothing
 /// registered.
 pub fn notify_wakes_blocked_deliver<B: Backend>() {
-    let p = Arc::new(poller::<B>());
-    let (_a, b) = socketpair();
-    let t = p.register(&b).unwrap();
-    p.arm(t, Interest::READABLE).unwrap();
-    let notifier = {
-        let p = p.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            p.notify().unwrap();
-        })
-    };
-    let waiter = p.clone();
-    let n = within("deliver(None) woken by notify", move || {
-        waiter.deliver(&mut Events::with_capacity(8), None).unwrap()
-    });
-    assert_eq!(n, 0, "a notify delivers no event");
-    notifier.join().unwrap();
+    let (p, _pair) = super::cases::notified_wait::<B>(None);
     // The notify was consumed: the registration is still armed and quiet.
     assert_no_events(&p, 2, Duration::from_millis(5));
 }

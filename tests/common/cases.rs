@@ -1009,10 +1009,13 @@ fn quiet_wait<B: Backend>(timeout: Duration) {
     }
 }
 
-/// A deliver with `timeout` on another thread, ended by a notify: `Ok(0)`.
-fn notified_wait<B: Backend>(timeout: Option<Duration>) {
+/// A deliver with `timeout` on another thread, ended by a notify: `Ok(0)`. Returns
+/// the poller and the socketpair whose one end is registered and still armed.
+pub(crate) fn notified_wait<B: Backend>(
+    timeout: Option<Duration>,
+) -> (Arc<Poller<B>>, (UnixStream, UnixStream)) {
     let p = Arc::new(poller::<B>());
-    let (_a, b) = socketpair();
+    let (a, b) = socketpair();
     let t = p.register(&b).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let notifier = {
@@ -1028,8 +1031,9 @@ fn notified_wait<B: Backend>(timeout: Option<Duration>) {
             .deliver(&mut Events::with_capacity(8), timeout)
             .expect("deliver with a huge or no timeout")
     });
-    assert_eq!(n, 0);
+    assert_eq!(n, 0, "a notify delivers no event");
     notifier.join().unwrap();
+    (p, (a, b))
 }
 
 /// P15: `None` blocks until a notify.
