@@ -441,6 +441,21 @@ struct Sample {
     stats: Option<pollshot::Stats>,
 }
 
+impl Sample {
+    /// One run's sample from its threads' summed counts.
+    fn new(total: Local, secs: f64, cpu: f64, stats: Option<pollshot::Stats>) -> Sample {
+        Sample {
+            rt: total.rt,
+            secs,
+            cpu,
+            reads: total.reads,
+            writes: total.writes,
+            events: total.events,
+            stats,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Cfg {
     pairs: usize,
@@ -601,15 +616,12 @@ fn run_mux<M: Mux>(name: &str, cfg: &Cfg, sharded: bool) -> io::Result<Sample> {
     for (i, ep) in run.eps.iter().enumerate() {
         muxes[ep.pair as usize % n].remove(i, ep.sock.as_fd())?;
     }
-    Ok(Sample {
-        rt: total.rt,
+    Ok(Sample::new(
+        total,
         secs,
         cpu,
-        reads: total.reads,
-        writes: total.writes,
-        events: total.events,
-        stats: s0.zip(s1).map(|(a, b)| b.since(&a)),
-    })
+        s0.zip(s1).map(|(a, b)| b.since(&a)),
+    ))
 }
 
 /// mio 1.x: edge-triggered, one `Poll` per thread, each woken endpoint drained to
@@ -690,15 +702,7 @@ fn run_mio(name: &str, cfg: &Cfg) -> io::Result<Sample> {
     for (l, _poll) in out {
         total += l;
     }
-    Ok(Sample {
-        rt: total.rt,
-        secs,
-        cpu,
-        reads: total.reads,
-        writes: total.writes,
-        events: total.events,
-        stats: None,
-    })
+    Ok(Sample::new(total, secs, cpu, None))
 }
 
 /// Plain 1:1 threads: one blocking thread per endpoint (2P threads).
@@ -757,15 +761,7 @@ fn run_threads(name: &str, cfg: &Cfg) -> io::Result<Sample> {
     for l in locals {
         total += l;
     }
-    Ok(Sample {
-        rt: total.rt,
-        secs,
-        cpu,
-        reads: total.reads,
-        writes: total.writes,
-        events: total.events,
-        stats: None,
-    })
+    Ok(Sample::new(total, secs, cpu, None))
 }
 
 /// Reads exactly one message, counting read calls; false on EOF at a boundary.
