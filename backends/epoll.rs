@@ -69,7 +69,7 @@ fn flags_for(interest: Interest) -> EventFlags {
 /// Readiness from `epoll_event.events`. Hang-up and error are reported on both
 /// directions, so whichever side the caller tries finds out.
 #[inline]
-fn readiness(flags: EventFlags) -> Readiness {
+pub(crate) fn readiness(flags: EventFlags) -> Readiness {
     let mut r = Readiness::EMPTY;
     if flags.intersects(EventFlags::IN | EventFlags::PRI) {
         r.insert(Readiness::READABLE);

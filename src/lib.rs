@@ -66,6 +66,9 @@ mod epoll_backend;
 mod blocking_backend;
 #[path = "../backends/kqueue.rs"]
 mod kqueue_backend;
+#[cfg(all(feature = "io-uring", target_os = "linux"))]
+#[path = "../backends/uring.rs"]
+mod uring_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
@@ -75,6 +78,8 @@ pub mod backends {
     pub use crate::epoll_backend::Epoll;
     #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
+    #[cfg(all(feature = "io-uring", target_os = "linux"))]
+    pub use crate::uring_backend::Uring;
 }
 
 // The one place the default backend is chosen.
