@@ -12,6 +12,7 @@
 //! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a counter, an eventfd while a waiter is in the kernel |
 //!
 //! All of them run one pure state machine, [`state`], so they behave the same. See
 //! [`Poller`] for the API and an example, and the crate README for the guarantees.
@@ -26,6 +27,8 @@
 //! # Cargo features and cfgs
 //!
 //! - `stats`: system call counters, `Poller::stats` (a [`Stats`] snapshot).
+//! - `io-uring` (Linux): the io_uring backend, `backends::Uring`, on the `io-uring`
+//!   crate. Never the default backend.
 //! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an

@@ -145,7 +145,10 @@ impl<B: Backend> Poller<B> {
     /// A poller on backend `B`, e.g. `Poller::<pollshot::backends::Blocking>::with_backend()`.
     ///
     /// # Errors
-    /// As [`Poller::new`].
+    /// As [`Poller::new`]; the io_uring backend (`backends::Uring`, feature
+    /// `io-uring`) answers `ErrorKind::Unsupported`, with the reason, where the
+    /// kernel refuses io_uring (io_uring_setup(2): ENOSYS, EPERM) or is older than
+    /// Linux 5.13.
     pub fn with_backend() -> io::Result<Poller<B>> {
         let forks = fork::install();
         Ok(Poller {
@@ -158,7 +161,7 @@ impl<B: Backend> Poller<B> {
         })
     }
 
-    /// The backend's name: `"epoll"`, `"kqueue"` or `"blocking"`.
+    /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
     pub fn backend_name(&self) -> &'static str {
         B::NAME
     }
