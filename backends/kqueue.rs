@@ -96,7 +96,7 @@ pub(crate) mod changes {
     //! believed enabled.
 
     use crate::event::Readiness;
-    use crate::Interest;
+    use crate::interest::Interest;
     use std::os::fd::RawFd;
 
     /// `EV_ADD`: the same value in every kqueue (FreeBSD, NetBSD, OpenBSD, DragonFly,
@@ -777,14 +777,14 @@ mod sys {
 mod imp {
     use super::changes::{self, Action, Change, Command, Filter, Filters, Knotes, Plan};
     use super::sys::{self, KEvent, Kind};
-    use crate::backend::{Backend, RawEvent, Sealed, Tag};
+    use crate::backend::{Backend, Driver, RawEvent, Tag};
     use crate::error::classify;
     use crate::event::Readiness;
+    use crate::interest::Interest;
     use crate::pipe;
     use crate::state::KernelError;
     use crate::stats::{Count, Counters};
     use crate::token::{incarnation_in_usize, pack_usize, unpack_usize};
-    use crate::Interest;
     use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
     use std::collections::{HashMap, VecDeque};
     use std::io;
@@ -997,8 +997,8 @@ mod imp {
         kq: ManuallyDrop<OwnedFd>,
         waker: Waker,
         shared: Mutex<Shared>,
-        /// A user notify is pending: the wait that consumes the wake-up returns.
-        notified: AtomicBool,
+        /// A [`Driver::wake`] no wait has taken yet: the wait that takes it returns.
+        user_woken: AtomicBool,
         /// A wake-up (trigger or pipe byte) is outstanding: further ones coalesce.
         woken: AtomicBool,
         /// Dropped in a forked child without re-initialising: leave `kq` alone.
@@ -1015,7 +1015,7 @@ mod imp {
         }
     }
 
-    impl Sealed for Kqueue {}
+    impl Backend for Kqueue {}
 
     /// How a command's records travel.
     enum Route {
@@ -1267,7 +1267,7 @@ mod imp {
             }
             if wake {
                 // A failed wake leaves the records queued for the next wait.
-                let _ = self.wake();
+                let _ = self.kick();
             }
         }
 
@@ -1275,7 +1275,7 @@ mod imp {
         fn defer(&self, mut events: Vec<RawEvent>) {
             if !events.is_empty() {
                 self.shared().deferred.append(&mut events);
-                let _ = self.wake();
+                let _ = self.kick();
             }
         }
 
@@ -1313,7 +1313,7 @@ mod imp {
                 Route::Queued { wake } => {
                     if wake {
                         // A failed wake leaves the records queued for the next wait.
-                        let _ = self.wake();
+                        let _ = self.kick();
                     }
                     return None;
                 }
@@ -1420,7 +1420,7 @@ mod imp {
 
         /// Makes a blocked (or the next) `kevent` return: trigger the user event or
         /// write the pipe, unless a wake-up is already outstanding.
-        fn wake(&self) -> io::Result<()> {
+        fn kick(&self) -> io::Result<()> {
             if self.woken.swap(true, SeqCst) {
                 return Ok(());
             }
@@ -1482,7 +1482,7 @@ mod imp {
         }
     }
 
-    impl Backend for Kqueue {
+    impl Driver for Kqueue {
         const NAME: &'static str = "kqueue";
         const TAG_IS_GENERATION: bool = false;
         const SPLIT_FILTERS: bool = true;
@@ -1493,7 +1493,7 @@ mod imp {
                 kq: ManuallyDrop::new(kq),
                 waker,
                 shared: Mutex::new(Shared::default()),
-                notified: AtomicBool::new(false),
+                user_woken: AtomicBool::new(false),
                 woken: AtomicBool::new(false),
                 forsaken: false,
                 counters: Counters::default(),
@@ -1567,7 +1567,7 @@ mod imp {
             out: &mut Vec<RawEvent>,
             max: usize,
             timeout: Option<Duration>,
-        ) -> io::Result<()> {
+        ) -> io::Result<bool> {
             let max = max.max(1);
             let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             let mut remaining = timeout;
@@ -1581,7 +1581,7 @@ mod imp {
                     let mut sh = self.shared();
                     sh.take_deferred(out, max.saturating_sub(out.len()));
                     if out.len() >= max {
-                        return Ok(());
+                        return Ok(false);
                     }
                     let mut skipped = VecDeque::new();
                     while ncarried < CARRY {
@@ -1708,12 +1708,12 @@ mod imp {
                     if let Waker::Pipe { read, .. } = &self.waker {
                         self.counters.bump(Count::WakeRead, pipe::drain(read));
                     }
-                    // Clear before reading `notified`: a notify that lands in between
+                    // Clear before reading `user_woken`: a notify that lands in between
                     // either sees `woken` clear and wakes again, or stored its flag
                     // before this read (all SeqCst).
                     self.woken.store(false, SeqCst);
                 }
-                let user = woke && self.notified.swap(false, SeqCst);
+                let user = woke && self.user_woken.swap(false, SeqCst);
                 if !readds.is_empty() {
                     self.submit_detached(readds, &mut refused);
                 }
@@ -1725,11 +1725,11 @@ mod imp {
                 if wake_others {
                     // Changes queued behind this call's, or events it had no room
                     // for: a blocked waiter picks them up.
-                    let _ = self.wake();
+                    let _ = self.kick();
                 }
                 result?;
                 if !out.is_empty() || user || timeout == Some(Duration::ZERO) {
-                    return Ok(());
+                    return Ok(user);
                 }
                 // Woken for queued changes, or only answers to changes came back:
                 // wait again for the time left.
@@ -1739,7 +1739,7 @@ mod imp {
                     Some(d) => {
                         let now = Instant::now();
                         if now >= d {
-                            return Ok(());
+                            return Ok(false);
                         }
                         Some(d - now)
                     }
@@ -1747,9 +1747,9 @@ mod imp {
             }
         }
 
-        fn notify(&self) -> io::Result<()> {
-            self.notified.store(true, SeqCst);
-            self.wake()
+        fn wake(&self) -> io::Result<()> {
+            self.user_woken.store(true, SeqCst);
+            self.kick()
         }
 
         fn reinit_after_fork(&mut self) -> io::Result<()> {
@@ -1763,7 +1763,7 @@ mod imp {
                 .shared
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner) = Shared::default();
-            *self.notified.get_mut() = false;
+            *self.user_woken.get_mut() = false;
             *self.woken.get_mut() = false;
             self.forsaken = false;
             Ok(())
@@ -1808,9 +1808,9 @@ mod tests {
 
     use super::changes::*;
     use crate::event::Readiness;
+    use crate::interest::Interest;
     use crate::state::{Armed, Fallbacks, Kernel, KernelError, Phase, RegState};
     use crate::token::pack_usize;
-    use crate::Interest;
     use std::collections::VecDeque;
     use std::os::fd::RawFd;
 
@@ -2265,10 +2265,10 @@ mod tests {
     mod parity {
         use super::super::changes::{self, Command, Filters, Knotes, Plan};
         use crate::backend::RawEvent;
+        use crate::interest::Interest;
         use crate::model::{self, Levels, Model, Origin, Semantics};
         use crate::state::{Fallbacks, Kernel, KernelError, Phase, RegState};
         use crate::token::{incarnation_in_usize, pack_usize};
-        use crate::Interest;
 
         /// The kqueue side of one registration: this translator over the model.
         struct Kq<'a> {

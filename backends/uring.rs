@@ -31,9 +31,10 @@
 //! (`adds`, `modifies`, `quiets`, `deletes`), so the counts match the other
 //! backends'. One consequence: the descriptor *number* is resolved when the request
 //! is submitted, at the next wait, not when `arm` returns. A number closed in
-//! between completes with `-EBADF`, delivered once as an error event (as the poll(2)
-//! backend reports `POLLNVAL`); a number closed and reused in between watches the
-//! new descriptor. The first arm checks the number is open (one `fcntl(F_GETFD)`,
+//! between completes with `-EBADF`, which is not reported (as epoll drops a closed
+//! descriptor): the next re-arm answers `NotFound`, so the state machine's add
+//! checks the number and fails with EBADF, and a disarm or delete answers EBADF; a
+//! number closed and reused in between watches the new descriptor. The first arm checks the number is open (one `fcntl(F_GETFD)`,
 //! so a closed descriptor is refused with EBADF as on epoll); later arms cost
 //! nothing. Another: a pending request holds a reference to the open file, so a
 //! socket closed while armed without a deregister is not released (its peer sees no
@@ -45,8 +46,9 @@
 //!   submitted it exited (the kernel cancels such a request when it would
 //!   complete). The same request is queued again, so the arming is not lost.
 //!   `-ECANCELED` for a removed request is the remove's answer: dropped.
-//! - `-EBADF` (the number was closed before submission) and any other negative
-//!   result for the current request: one error event.
+//! - `-EBADF` (the number was closed before submission): dropped, remembered for
+//!   the next command (above). Any other negative result for the current request:
+//!   one error event.
 //! - A full completion queue: the kernel keeps what does not fit
 //!   (`IORING_FEAT_NODROP`) and sets `IORING_SQ_CQ_OVERFLOW`; a wait that sees the
 //!   flag enters with `IORING_ENTER_GETEVENTS` to flush it, and takes what it has
@@ -69,14 +71,16 @@
 //! The price at T=2: an arm made while the other thread leads costs one
 //! `io_uring_enter`, and a wake-up of a follower is a futex wake.
 //!
-//! # Notify
+//! # The waker
 //!
-//! A counted wake-up: each [`notify`](Backend::notify) is consumed by exactly one
-//! wait. A notify with no waiter blocked costs no system call (a counter the next
-//! wait consumes); with a follower waiting, a condition-variable wake; with only
-//! the leader blocked in the kernel, one eventfd write, which completes the
-//! eventfd's multishot `IORING_OP_POLL_ADD` (one completion per write, never read
-//! back). A wait that was not notified makes no system call for the waker.
+//! The binary waker the poller counts notifies on (`src/wake.rs`): a flag the next
+//! wait to look takes. With no waiter blocked it costs no system call; with a
+//! follower waiting, a condition-variable wake; with only the leader blocked in the
+//! kernel, one eventfd write, which completes the eventfd's multishot
+//! `IORING_OP_POLL_ADD` (one completion per write, never read back). A wait that was
+//! not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
+//! ring itself would also need one `io_uring_enter` per wake-up of a blocked
+//! leader; the eventfd was kept as the simpler of two equal costs, not measured.)
 //!
 //! # Fork and refusal
 //!
@@ -88,15 +92,13 @@
 //! `IORING_FEAT_EXT_ARG`, multishot poll), `new` answers `ErrorKind::Unsupported`
 //! with the reason.
 
-use crate::backend::{Backend, RawEvent, Sealed, Tag};
-use crate::epoll_backend::readiness;
+use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};
-use crate::Interest;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use rustix::event::epoll::EventFlags;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use rustix::io::Errno;
 use std::cell::RefCell;
@@ -131,6 +133,11 @@ struct Pending {
     /// when a submitting thread exited): each ends with one completion that is not
     /// this request's.
     older: u32,
+    /// The last request answered -EBADF: the number was closed before it was
+    /// submitted. As epoll drops a closed descriptor, nothing was reported, and the
+    /// next command answers as epoll's would: a re-arm `NotFound` (then the add
+    /// checks the number), a quiet or delete `BadFd`.
+    lost: bool,
 }
 
 const IDLE: Pending = Pending {
@@ -138,6 +145,7 @@ const IDLE: Pending = Pending {
     fd: -1,
     events: 0,
     older: 0,
+    lost: false,
 };
 
 /// What the mutex guards besides the queues.
@@ -151,8 +159,8 @@ struct Shared {
     kicked: bool,
     /// Threads waiting on the condition variable.
     followers: usize,
-    /// Wake-ups not yet consumed by a wait.
-    notifies: usize,
+    /// A wake-up no wait has taken yet (the binary waker: later ones merge).
+    woken: bool,
 }
 
 impl Shared {
@@ -162,7 +170,7 @@ impl Shared {
             leader: false,
             kicked: false,
             followers: 0,
-            notifies: 0,
+            woken: false,
         }
     }
 
@@ -193,7 +201,7 @@ struct Ring {
     /// only closes the child's copy of its descriptor.
     abandoned: AtomicBool,
     shared: Mutex<Shared>,
-    /// Followers wait here for the leader's hand-over or a notify.
+    /// Followers wait here for the leader's hand-over or a wake-up.
     handoff: Condvar,
     waker: OwnedFd,
     /// `IOSQE_CQE_SKIP_SUCCESS` is known (5.17): a successful remove posts nothing.
@@ -250,7 +258,7 @@ thread_local! {
     static SUBMITTERS: Submitters = const { Submitters(RefCell::new(Vec::new())) };
 }
 
-impl Sealed for Uring {}
+impl Backend for Uring {}
 
 /// `poll32_events` for an interest.
 #[inline]
@@ -474,8 +482,10 @@ impl Ring {
         self.ring.submit().map(drop).map_err(KernelError::Other)
     }
 
+    /// Queues the request for an arming; `rearm`: a modify, which answers
+    /// `NotFound` for a number the kernel reported closed (see [`Pending::lost`]).
     #[inline(always)]
-    fn arm(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+    fn arm(&self, fd: RawFd, tag: Tag, interest: Interest, rearm: bool) -> Result<(), KernelError> {
         let user_data = pack64(tag.slot, tag.generation);
         let events = poll_events(interest);
         let entry = opcode::PollAdd::new(types::Fd(fd), events)
@@ -484,6 +494,9 @@ impl Ring {
         let leader = {
             let mut g = self.lock();
             let old = *g.slot(tag.slot);
+            if rearm && old.lost {
+                return Err(KernelError::NotFound);
+            }
             if old.user_data != NONE {
                 let remove = self.remove_entry(old.user_data);
                 self.push(&mut g, &remove)?;
@@ -494,6 +507,7 @@ impl Ring {
                 fd,
                 events,
                 older: 0,
+                lost: false,
             };
             g.leader
         };
@@ -505,6 +519,10 @@ impl Ring {
         let leader = {
             let mut g = self.lock();
             let old = std::mem::replace(g.slot(tag.slot), IDLE);
+            if old.lost {
+                g.slot(tag.slot).lost = true;
+                return Err(KernelError::BadFd);
+            }
             if old.user_data == NONE {
                 return Ok(());
             }
@@ -596,12 +614,16 @@ impl Ring {
             .is_some_and(|p| p.user_data == user_data);
         if res == -libc::ECANCELED {
             if !current {
-                return None; // the answer to our remove
+                // The answer to a remove: the kernel's report for a disarmed or
+                // deregistered arming, stale by generation.
+                self.counters.one(Count::Stale);
+                return None;
             }
             let p = &mut g.pending[slot as usize];
             if p.older > 0 {
                 // An older request with this tag, removed when it was queued again.
                 p.older -= 1;
+                self.counters.one(Count::Stale);
                 return None;
             }
             // The submitting thread exited: the arming still holds.
@@ -618,8 +640,13 @@ impl Ring {
             return None;
         }
         g.pending[slot as usize] = IDLE;
+        if res == -libc::EBADF {
+            // Closed before submission: dropped, as epoll drops a closed descriptor.
+            g.pending[slot as usize].lost = true;
+            return None;
+        }
         let readiness = if res >= 0 {
-            readiness(EventFlags::from_bits_retain(res as u32))
+            Readiness::from_epoll(res as u32)
         } else {
             FAILED
         };
@@ -688,12 +715,7 @@ impl Ring {
         let mut g = self.lock();
         let mut polls = 0u8;
         loop {
-            let consumed = if g.notifies > 0 {
-                g.notifies -= 1;
-                true
-            } else {
-                false
-            };
+            let consumed = std::mem::replace(&mut g.woken, false);
             let left = self.reap(&mut g, out, max)?;
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
@@ -748,7 +770,7 @@ impl Ring {
     /// Returns from a wait: hands what is left (completions, notifies) to a
     /// follower, and submits what the reap queued if a leader is in the kernel.
     fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
-        if (left || g.notifies > 0) && g.followers > 0 {
+        if left && g.followers > 0 {
             self.handoff.notify_one();
         }
         // SAFETY: under the mutex: the only submission queue handle; it only reads
@@ -762,24 +784,22 @@ impl Ring {
         consumed
     }
 
-    /// Adds one wake-up (see the module docs). `coalesce`: only if none is pending.
-    fn wake(&self, coalesce: bool) -> io::Result<()> {
+    /// The binary waker (see the module docs): the next wait to look, or a
+    /// blocked one, returns woken.
+    fn wake(&self) -> io::Result<()> {
         let kick = {
             let mut g = self.lock();
-            if coalesce && g.notifies > 0 {
-                return Ok(());
+            if g.woken {
+                return Ok(()); // merges with the one no wait has taken yet
             }
-            g.notifies += 1;
-            if g.notifies <= g.followers {
+            g.woken = true;
+            if g.followers > 0 {
                 self.handoff.notify_one();
                 false
             } else if g.leader && !g.kicked {
                 g.kicked = true;
                 true
             } else {
-                if g.followers > 0 {
-                    self.handoff.notify_one();
-                }
                 false
             }
         };
@@ -792,7 +812,9 @@ impl Ring {
             // all the same.
             Ok(_) | Err(Errno::AGAIN) => Ok(()),
             Err(e) => {
-                self.lock().kicked = false;
+                let mut g = self.lock();
+                g.kicked = false;
+                g.woken = false;
                 Err(e.into())
             }
         }
@@ -806,7 +828,7 @@ fn kernel_io(e: KernelError) -> io::Error {
     }
 }
 
-impl Backend for Uring {
+impl Driver for Uring {
     const NAME: &'static str = "uring";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
@@ -833,13 +855,13 @@ impl Backend for Uring {
             Err(Errno::BADF) => return Err(KernelError::BadFd),
             Err(e) => return Err(KernelError::Other(e.into())),
         }
-        self.ring.arm(fd, tag, interest)
+        self.ring.arm(fd, tag, interest, false)
     }
 
     #[inline(always)]
     fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
         self.counters.one(Count::Modify);
-        self.ring.arm(fd, tag, interest)
+        self.ring.arm(fd, tag, interest, true)
     }
 
     fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
@@ -858,12 +880,12 @@ impl Backend for Uring {
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-    ) -> io::Result<()> {
-        self.ring.wait(out, max, timeout).map(drop)
+    ) -> io::Result<bool> {
+        self.ring.wait(out, max, timeout)
     }
 
-    fn notify(&self) -> io::Result<()> {
-        self.ring.wake(true)
+    fn wake(&self) -> io::Result<()> {
+        self.ring.wake()
     }
 
     fn reinit_after_fork(&mut self) -> io::Result<()> {

@@ -12,10 +12,12 @@
 //! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
-//! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a counter, an eventfd while a waiter is in the kernel |
+//! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
-//! All of them run one pure state machine, [`state`], so they behave the same. See
-//! [`Poller`] for the API and an example, and the crate README for the guarantees.
+//! All of them run one pure state machine (`src/state.rs`: the design's state table,
+//! one row per match arm), so they behave the same. See [`Poller`] for the API and
+//! an example, [`Event`] for what an event means on every backend, and the crate
+//! README for the guarantees.
 //!
 //! # The 1:1 path
 //!
@@ -24,11 +26,21 @@
 //! [`blocking::io_once`] tries the operation, waits with poll(2) only on
 //! `WouldBlock`, and retries.
 //!
+//! # Errors
+//!
+//! Errors the kernel returned keep their errno (`raw_os_error()`); pollshot's own
+//! (an unknown token, use in a forked child, the poller's own descriptor) carry a
+//! message. The table of which call returns which is in the crate's `src/error.rs`
+//! and in each method's `# Errors` section.
+//!
 //! # Cargo features and cfgs
 //!
 //! - `stats`: system call counters, `Poller::stats` (a [`Stats`] snapshot).
 //! - `io-uring` (Linux): the io_uring backend, `backends::Uring`, on the `io-uring`
 //!   crate. Never the default backend.
+//! - `model`: the pure state machine (`state`) and a reference model of the kernels
+//!   (`model`) as public modules, for fuzzing a runtime's use of pollshot (the
+//!   crate's own fuzz targets turn it on). Off by default.
 //! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an
@@ -44,19 +56,29 @@ mod error;
 mod event;
 mod fork;
 mod interest;
+// The kernel model is compiled only where it is used: with the feature, and in the
+// crate's own unit tests (the kqueue translator is checked against it).
+#[cfg(feature = "model")]
 pub mod model;
+#[cfg(all(test, not(feature = "model")))]
+#[allow(dead_code)]
+mod model;
 mod pipe;
 mod poller;
+#[cfg(feature = "model")]
 pub mod state;
+#[cfg(not(feature = "model"))]
+mod state;
 mod stats;
 mod table;
 mod token;
+mod wake;
 
-pub use backend::{Backend, RawEvent, Tag};
-pub use event::{Event, Events, Readiness};
+pub use backend::Backend;
+pub use event::{Event, Events};
 pub use interest::Interest;
 pub use poller::Poller;
-pub use stats::{Count, Counters, Stats};
+pub use stats::Stats;
 pub use token::Token;
 
 // One file per kernel interface, under backends/ at the crate root.

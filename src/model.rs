@@ -71,12 +71,12 @@
 //! }
 //! ```
 
-use crate::backend::RawEvent;
-use crate::event::Readiness;
+pub use crate::backend::RawEvent;
+pub use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::kqueue_backend::changes as kqc;
 use crate::state::{Kernel, KernelError};
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
-use crate::Interest;
 use std::collections::BTreeMap;
 use std::io;
 
@@ -479,30 +479,10 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     f
 }
 
-/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it.
-pub fn epoll_readiness(flags: u32) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if flags & (epoll::IN | epoll::PRI) != 0 {
-        r.insert(Readiness::READABLE);
-    }
-    if flags & epoll::OUT != 0 {
-        r.insert(Readiness::WRITABLE);
-    }
-    if flags & epoll::RDHUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
-    }
-    if flags & epoll::HUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if flags & epoll::ERR != 0 {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
+/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it (the same
+/// function: [`Readiness::from_epoll`]).
+pub const fn epoll_readiness(flags: u32) -> Readiness {
+    Readiness::from_epoll(flags)
 }
 
 /// `POLLRDHUP` as the poll(2) backend asks for it with a readable interest: on
@@ -513,33 +493,12 @@ const POLL_RDHUP: u32 = if cfg!(any(target_os = "linux", target_os = "android"))
     0
 };
 
-/// Readiness from poll(2)'s `revents` (epoll bit values; `nval` for `POLLNVAL`),
-/// as `backends/blocking.rs` decodes it.
-pub fn poll_readiness(revents: u32, nval: bool) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if revents & (epoll::IN | epoll::PRI) != 0 {
-        r.insert(Readiness::READABLE);
-    }
-    if revents & epoll::OUT != 0 {
-        r.insert(Readiness::WRITABLE);
-    }
-    // `POLL_RDHUP` is 0 off Linux: the test is then always false, by design.
-    #[allow(clippy::bad_bit_mask)]
-    if revents & POLL_RDHUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
-    }
-    if revents & epoll::HUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if revents & epoll::ERR != 0 || nval {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
+/// Readiness from poll(2)'s `revents` in epoll bit values, as
+/// `backends/blocking.rs` decodes it (the same function:
+/// [`Readiness::from_epoll`]). `POLLNVAL` (a closed number) is no event: the backend
+/// drops the entry, as epoll drops a closed descriptor.
+pub const fn poll_readiness(revents: u32) -> Readiness {
+    Readiness::from_epoll(revents)
 }
 
 /// Readiness of one kqueue event: the filter's direction, `EV_EOF` as
@@ -1045,13 +1004,18 @@ impl Model {
                 }
             }
             Semantics::Poll => {
+                let mut closed = Vec::new();
                 for (&slot, e) in self.pollset.iter_mut() {
                     if out.len() >= max {
                         break;
                     }
                     let Some(interest) = e.armed else { continue };
                     let readiness = match self.fds.get(&e.fd) {
-                        None => poll_readiness(0, true),
+                        // POLLNVAL: the backend drops the entry, reports nothing.
+                        None => {
+                            closed.push(slot);
+                            continue;
+                        }
                         Some(desc) => {
                             let d = &self.descs[desc.0 as usize];
                             let mut asked = epoll::ERR | epoll::HUP;
@@ -1071,7 +1035,7 @@ impl Model {
                             if r == 0 {
                                 continue;
                             }
-                            poll_readiness(r, false)
+                            poll_readiness(r)
                         }
                     };
                     e.armed = None;
@@ -1084,6 +1048,9 @@ impl Model {
                         origin: e.origin,
                         filter: None,
                     });
+                }
+                for slot in closed {
+                    self.pollset.remove(&slot);
                 }
             }
         }
@@ -1157,7 +1124,7 @@ impl Model {
                     raw: RawEvent {
                         slot,
                         stamp: e.generation,
-                        readiness: poll_readiness(bits, false),
+                        readiness: poll_readiness(bits),
                     },
                     origin: e.origin,
                     filter: None,
@@ -1514,17 +1481,23 @@ mod tests {
         let mut k = m.kernel(a, 0, 0, O);
         k.add(Interest::READABLE, 1).unwrap();
         m.close(a).unwrap();
-        let ev = m.wait(8);
-        assert_eq!(ev.len(), 1, "a closed number reports POLLNVAL");
-        assert!(ev[0].raw.readiness.contains(Readiness::ERROR));
+        assert!(
+            m.wait(8).is_empty(),
+            "a closed number (POLLNVAL) is dropped, not reported"
+        );
         let mut k = m.kernel(a, 0, 0, O);
+        assert!(matches!(
+            k.modify(Interest::READABLE, 2),
+            Err(KernelError::NotFound)
+        ));
         assert!(matches!(
             k.add(Interest::READABLE, 2),
             Err(KernelError::BadFd)
         ));
-        assert!(matches!(k.modify(Interest::READABLE, 2), Ok(())));
         let b = m.open(true);
         assert_eq!(a, b);
+        let mut k = m.kernel(b, 0, 0, O);
+        k.add(Interest::READABLE, 2).unwrap();
         let desc = m.description(b).unwrap();
         m.set_levels(desc, Levels::from_bits(1));
         assert_eq!(m.wait(8)[0].raw.stamp, 2);
@@ -1536,8 +1509,8 @@ mod tests {
         assert!(matches!(k.quiet(2), Err(KernelError::NotFound)));
         assert!(matches!(k.delete(), Err(KernelError::NotFound)));
         let log = m.take_commands();
-        assert_eq!(log.len(), 6);
-        assert_eq!(log[5].error, Some(Errno::NoEnt));
+        assert_eq!(log.len(), 7);
+        assert_eq!(log[6].error, Some(Errno::NoEnt));
     }
 
     #[test]
