@@ -606,8 +606,11 @@ pub fn notify_1000_from_4_threads_never_lost<B: Backend>() {
     #[cfg(feature = "stats")]
     {
         let s = p.stats();
+        // io_uring writes its waker only for a waiter blocked in the kernel: a
+        // waiter that always found a wake-up pending cost no write at all.
+        let least = if B::NAME == "uring" { 0 } else { 1 };
         assert!(
-            s.wakes >= 1 && s.wakes <= (THREADS * EACH) as u64,
+            s.wakes >= least && s.wakes <= (THREADS * EACH) as u64,
             "notifies coalesce: {s:?}"
         );
     }
