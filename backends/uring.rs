@@ -136,7 +136,8 @@ struct Pending {
     /// The last request answered -EBADF: the number was closed before it was
     /// submitted. As epoll drops a closed descriptor, nothing was reported, and the
     /// next command answers as epoll's would: a re-arm `NotFound` (then the add
-    /// checks the number), a quiet or delete `BadFd`.
+    /// checks the number), a quiet or delete `BadFd` while the number is closed and
+    /// `NotFound` once it is open again.
     lost: bool,
 }
 
@@ -515,13 +516,19 @@ impl Ring {
     }
 
     /// Removes the slot's pending request, if any.
-    fn remove(&self, tag: Tag) -> Result<(), KernelError> {
+    fn remove(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         let leader = {
             let mut g = self.lock();
             let old = std::mem::replace(g.slot(tag.slot), IDLE);
             if old.lost {
+                // As epoll answers for a descriptor it dropped at close: EBADF while
+                // the number is closed, ENOENT once it names a descriptor again.
                 g.slot(tag.slot).lost = true;
-                return Err(KernelError::BadFd);
+                drop(g);
+                return Err(match rustix::io::fcntl_getfd(fd_ref(fd)) {
+                    Err(Errno::BADF) => KernelError::BadFd,
+                    _ => KernelError::NotFound,
+                });
             }
             if old.user_data == NONE {
                 return Ok(());
@@ -864,14 +871,14 @@ impl Driver for Uring {
         self.ring.arm(fd, tag, interest, true)
     }
 
-    fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
-        self.ring.remove(tag)
+        self.ring.remove(fd, tag)
     }
 
-    fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+    fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        self.ring.remove(tag)
+        self.ring.remove(fd, tag)
     }
 
     #[inline(always)]
