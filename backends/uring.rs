@@ -54,6 +54,11 @@
 //!   flag enters with `IORING_ENTER_GETEVENTS` to flush it, and takes what it has
 //!   room for, leaving the rest in the queue for the next wait.
 //!
+//! A completion is posted when the descriptor becomes ready and is not looked at
+//! again when a wait takes it (epoll re-polls an entry as it reports it): readiness
+//! that came and went in between (data written, then read by another path) is still
+//! delivered once. The reader's next try answers `WouldBlock`, and it re-arms.
+//!
 //! Regular files and `/dev/null` have no poll method: the kernel reports them
 //! readable and writable at once, so each arm completes at its submission (always
 //! ready, with no synthetic queue).
