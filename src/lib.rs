@@ -81,15 +81,15 @@ pub use poller::Poller;
 pub use stats::Stats;
 pub use token::Token;
 
-// One file per kernel interface, under backends/ at the crate root.
+// One file or folder per kernel interface, under backends/ at the crate root.
+#[path = "../backends/blocking.rs"]
+mod blocking_backend;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[path = "../backends/epoll.rs"]
 mod epoll_backend;
 // Compiled on every target: its translation to kevent records is pure and unit
 // tested everywhere; only its system-call part is gated on the kqueue targets.
-#[path = "../backends/blocking.rs"]
-mod blocking_backend;
-#[path = "../backends/kqueue.rs"]
+#[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
 #[path = "../backends/uring.rs"]

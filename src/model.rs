@@ -31,7 +31,7 @@
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
 //! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
-//! the kqueue backend's own pure translator, `changes` in `backends/kqueue.rs`,
+//! the kqueue backend's own pure translator, `changes` in `backends/kqueue/changes.rs`,
 //! with its per-registration belief of what the kernel holds, submitted at once;
 //! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
@@ -400,7 +400,7 @@ pub struct Calls {
 
 /// What the kqueue backend believes the kernel holds for one registration, and
 /// which filters fired since its last command (its per-slot view in
-/// `backends/kqueue.rs`).
+/// `backends/kqueue/queue.rs`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Belief {
     knotes: kqc::Knotes,
@@ -871,7 +871,7 @@ impl Model {
     /// After a delivery that completed an arming of the registration on `fd` in
     /// `slot`, incarnation `incarnation`: kqueue disables its filters that did not
     /// fire, unless a command for it came after the event was read (then that
-    /// command decided), as `Backend::delivered` does in `backends/kqueue.rs`
+    /// command decided), as `Backend::delivered` does in `backends/kqueue/backend.rs`
     /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
         if self.semantics != Semantics::Kqueue {
@@ -1161,7 +1161,7 @@ impl Model {
 /// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
 /// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
 ///
-/// The kqueue column is the backend's translator (`backends/kqueue.rs`,
+/// The kqueue column is the backend's translator (`backends/kqueue/changes.rs`,
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
@@ -1189,7 +1189,7 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 
 impl RegKernel<'_> {
     /// The kqueue backend's command for this registration: translate from the
-    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue.rs`).
+    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue/command.rs`).
     fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
         use kqc::Action::{Add, Delete, Disable, Enable};
         let udata = pack_usize(self.slot, self.incarnation);

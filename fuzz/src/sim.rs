@@ -951,7 +951,7 @@ impl Sim {
             let view = self.model.view(entry.fd, slot as u32);
             let ok = match phase {
                 Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
-                // kqueue (`backends/kqueue.rs`, `delivered`): when a disarm and
+                // kqueue (`backends/kqueue/backend.rs`, `delivered`): when a disarm and
                 // re-arm came between the read of an event and its acceptance, the
                 // accepted event completes the new arming (udata cannot tell armings
                 // apart), and the backend leaves the re-armed knotes enabled ("that
