@@ -556,6 +556,17 @@ impl<B: Backend> Harness<B> {
             let tainted = |o: &usize| owners[*o].tainted;
             real.retain(|e| !tainted(&e.0));
             sim.retain(|e| !tainted(&e.0));
+            // The readiness is the kernel's when the request completed (data
+            // written, then the peer shut down: readable, not yet read-closed),
+            // where the model reads the levels now: compared by owner, and never
+            // empty.
+            for (o, r) in real.iter_mut() {
+                assert!(*r != Readiness::EMPTY, "registration {o}: an empty event");
+                *r = Readiness::EMPTY;
+            }
+            for (_, r) in sim.iter_mut() {
+                *r = Readiness::EMPTY;
+            }
         }
         real.sort_by_key(|e| e.0);
         sim.sort_by_key(|e| e.0);
