@@ -59,6 +59,11 @@
 //! that came and went in between (data written, then read by another path) is still
 //! delivered once. The reader's next try answers `WouldBlock`, and it re-arms.
 //!
+//! Known gap: the kernel adds `POLLRDHUP` to every poll request (with `POLLERR`,
+//! `POLLHUP`), so a write-only arming of a socket whose peer shut down its write
+//! side completes at once with read-closed only, which the poller masks to an
+//! empty event where epoll reports nothing until the socket is writable.
+//!
 //! Regular files and `/dev/null` have no poll method: the kernel reports them
 //! readable and writable at once, so each arm completes at its submission (always
 //! ready, with no synthetic queue).
