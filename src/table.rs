@@ -11,7 +11,7 @@
 //! (not including) `FIRST * (2^(c+1) - 1)`; 27 chunks cover every 32-bit slot index.
 
 use crate::state::RegState;
-use crate::Token;
+use crate::token::Token;
 use slab::Slab;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
