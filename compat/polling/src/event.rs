@@ -56,7 +56,9 @@ impl Extra {
 /// `EPOLLIN`/`EPOLLRDHUP`/`EPOLLHUP`/`EPOLLERR`/`EPOLLPRI`); `writable` means a write
 /// will not block: room, a hang-up or an error (`EPOLLOUT`/`EPOLLHUP`/`EPOLLERR`), so
 /// a refused non-blocking `connect` and a peer's hang-up reach whoever waits on
-/// either direction (epoll_ctl(2), kqueue(2), poll(2)).
+/// either direction (epoll_ctl(2), kqueue(2), poll(2)). Only directions that were
+/// watched are reported (polling's epoll backend also sets the other direction on
+/// a hang-up or an error).
 ///
 /// Compare events with [`with_no_extra`](Self::with_no_extra) when only the key and
 /// the two directions matter.
@@ -143,6 +145,11 @@ impl Event {
     /// Whether this readiness is a hang-up of both directions (epoll `EPOLLHUP`,
     /// kqueue `EV_EOF` on both filters, poll `POLLHUP`). A half-close (the peer's
     /// `shutdown(SHUT_WR)`) is reported as readable, not as an interrupt.
+    ///
+    /// pollshot reports only the directions an arming asked for, so this is seen
+    /// by a registration watching both directions; one watching a single direction
+    /// gets the hang-up as that direction's readiness (a read or write then
+    /// returns at once).
     #[inline]
     pub fn is_interrupt(&self) -> bool {
         self.extra.has(Extra::HUP)

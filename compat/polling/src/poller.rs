@@ -209,8 +209,10 @@ impl Poller {
     ///
     /// # Errors
     /// - `ErrorKind::InvalidInput`: `interest.key` is `usize::MAX` (reserved), the
-    ///   descriptor is negative, closed (EBADF, reported when an interest is armed),
-    ///   or the poller's own.
+    ///   descriptor is negative, or it is the poller's own.
+    /// - EBADF (`raw_os_error()`, as epoll_ctl(2) answers): the descriptor is not
+    ///   open; reported by the first arming (an `add` with an interest, else the
+    ///   first `modify`).
     /// - `ErrorKind::AlreadyExists`: the descriptor is registered already.
     /// - `ErrorKind::Unsupported`: `mode` is `Edge` or `EdgeOneshot`.
     /// - the kernel's error from the first arming otherwise (ENOMEM, ENOSPC):
@@ -241,7 +243,7 @@ impl Poller {
         // contract, open until it is deleted from this poller, which deregisters
         // it; pollshot only passes the number to the kernel.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let token = self.inner.register(borrowed)?;
+        let token = self.inner.register(&borrowed)?;
         let wanted = interest_of(interest);
         if let Some(i) = wanted {
             if let Err(e) = self.inner.arm(token, i) {
@@ -282,8 +284,8 @@ impl Poller {
     /// `EV_ENABLE`, riding on the next `kevent` call where it can).
     ///
     /// # Errors
-    /// - `ErrorKind::InvalidInput`: `interest.key` is `usize::MAX`, or the
-    ///   descriptor is closed (EBADF).
+    /// - `ErrorKind::InvalidInput`: `interest.key` is `usize::MAX`.
+    /// - EBADF (`raw_os_error()`): the descriptor is closed.
     /// - `ErrorKind::NotFound`: `source` is not registered in this poller.
     /// - `ErrorKind::Unsupported`: `mode` is `Edge` or `EdgeOneshot`.
     /// - the kernel's error otherwise (ENOMEM, ENOSPC): epoll_ctl(2), kevent(2).
@@ -385,8 +387,8 @@ impl Poller {
                 added += self.filters.take(&mut events.list);
             }
             match delivered {
-                // A timeout or a notify (on this pollshot, also a signal: EINTR
-                // returns early as Ok(0), indistinguishable from a notify).
+                // A timeout or a notify (`events.raw.is_notified()`): either ends
+                // the wait. pollshot itself keeps waiting past stale events.
                 Ok(0) => break,
                 // Events, or only events for sources deleted meanwhile: then
                 // keep waiting for the time left.
