@@ -43,6 +43,21 @@ if command -v perf >/dev/null && perf stat -e raw_syscalls:sys_enter -- true >/d
 else
     echo "bench.sh: perf cannot count raw_syscalls:sys_enter here: no syscalls/request column"
 fi
+# The calls counted by name (where the kernel has the tracepoint), besides the total.
+perf_events=raw_syscalls:sys_enter
+perf_names=()
+for name in recvfrom sendto read write epoll_wait epoll_pwait epoll_pwait2 epoll_ctl \
+    futex accept4 timerfd_settime; do
+    if [ -d "/sys/kernel/tracing/events/syscalls/sys_enter_$name" ] ||
+        [ -d "/sys/kernel/debug/tracing/events/syscalls/sys_enter_$name" ]; then
+        perf_events="$perf_events,syscalls:sys_enter_$name"
+        perf_names+=("$name")
+    fi
+done
+if [ "$have_perf" = 1 ] && ! perf stat -e "$perf_events" -- true >/dev/null 2>&1; then
+    perf_events=raw_syscalls:sys_enter
+    perf_names=()
+fi
 have_strace=0
 command -v strace >/dev/null && have_strace=1
 
@@ -118,7 +133,7 @@ run() {
     start_server "$v"
     local perf_out="$scratch/perf.$v.$conns" perf_pid=
     if [ "$have_perf" = 1 ]; then
-        perf stat -x, -e raw_syscalls:sys_enter -p "$server_pid" -o "$perf_out" &
+        perf stat -x, -e "$perf_events" -p "$server_pid" -o "$perf_out" &
         perf_pid=$!
         sleep 0.2
     fi
@@ -134,6 +149,13 @@ run() {
         calls=$(awk -F, '/raw_syscalls:sys_enter/ { print $1 }' "$perf_out")
     fi
     stop_server
+    if [ -n "$perf_pid" ]; then
+        local req
+        req=$(awk '/ requests in / { print $1 }' "$log")
+        awk -F, -v v="$v" -v c="$conns" -v req="$req" '/syscalls:sys_enter_/ {
+                n = $3; sub(/.*sys_enter_/, "", n); printf "%s %s %s %.3f\n", v, c, n, $1 / req
+            }' "$perf_out" >>"$scratch/names"
+    fi
     awk -v v="$v" -v c="$conns" -v t0="$t0" -v t1="$t1" -v hz="$clk_tck" -v calls="$calls" '
         / requests in / { req = $1 }
         /^Requests\/sec:/ { rps = $2 }
@@ -147,6 +169,7 @@ run() {
 }
 
 : >"$scratch/results"
+: >"$scratch/names"
 echo
 echo "impl conns req/s cpu_us/req syscalls/req errors  (wrk -d${seconds}s, server --threads $threads)"
 for rep in $(seq "$reps"); do
@@ -173,7 +196,7 @@ if [ "$have_strace" = 1 ]; then
             echo
             echo "strace -f -c, $v, c=$conns, $req requests in ${strace_seconds}s (per request):"
             awk -v req="$req" '
-                $NF == "total" { printf "  total %.2f\n", $(NF - 2) / req; next }
+                $NF == "total" { printf "  total %.2f\n", $4 / req; next }
                 NF >= 5 && $4 ~ /^[0-9]+$/ {
                     name = $NF; calls = $4
                     if (calls / req >= 0.01) printf "  %-16s %.2f\n", name, calls / req
@@ -199,6 +222,26 @@ for conns in 1 64; do
             "$(col "$v" "$conns" 4)" "$(col "$v" "$conns" 5)" "$e"
     done
 done
+
+if [ "${#perf_names[@]}" -gt 0 ]; then
+    echo
+    echo "system calls per request by name (perf stat, medians):"
+    printf '| c | impl |'
+    for n in "${perf_names[@]}"; do printf ' %s |' "$n"; done
+    printf ' total |\n|---|---|'
+    for _ in "${perf_names[@]}"; do printf -- '---:|'; done
+    printf -- '---:|\n'
+    for conns in 1 64; do
+        for v in stock facade; do
+            printf '| %s | %s |' "$conns" "$v"
+            for n in "${perf_names[@]}"; do
+                printf ' %s |' "$(awk -v v="$v" -v c="$conns" -v n="$n" \
+                    '$1 == v && $2 == c && $3 == n { print $4 }' "$scratch/names" | median)"
+            done
+            printf ' %s |\n' "$(col "$v" "$conns" 5)"
+        done
+    done
+fi
 
 verdict() { if [ "$1" = 1 ]; then echo ok; else echo MISS; fi; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0 || a == "-" || b == "-") print "-"; else printf "%.3f", a / b }'; }
