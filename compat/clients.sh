@@ -152,23 +152,24 @@ run_suite() {
     fi
 }
 
-# --- async-io -----------------------------------------------------------------
-aio_ver=$(version_of async-io)
-aio="$scratch/async-io-$aio_ver"
-copy_pkg async-io "$aio"
-patch_pkg "$aio"
-# Skipped: none. The tests use 127.0.0.1, except issue_182's
+# --- async-io and async-process: their packages with the [patch] line -----------
+# client_suite NAME: copies, patches and tests the published package (its
+# directory is left in $client_dir).
+client_suite() {
+    local dir
+    dir="$scratch/$1-$(version_of "$1")"
+    copy_pkg "$1" "$dir"
+    patch_pkg "$dir"
+    run_suite "$(basename "$dir")" "$dir"
+    client_dir=$dir
+}
+# Skipped: none. async-io's tests use 127.0.0.1, except issue_182's
 # `networking_initialized`, which resolves google.com and returns early (passing)
 # when it cannot, as offline.
-run_suite "async-io-$aio_ver" "$aio"
+client_suite async-io
+aio=$client_dir
 summary+=("  (async-io issue_182::networking_initialized passes without a connection when DNS is unreachable)")
-
-# --- async-process ------------------------------------------------------------
-ap_ver=$(version_of async-process)
-ap="$scratch/async-process-$ap_ver"
-copy_pkg async-process "$ap"
-patch_pkg "$ap"
-run_suite "async-process-$ap_ver" "$ap"
+client_suite async-process
 
 # --- polling's own tests, against the facade as the package `polling` ---------
 pl_ver=$(version_of polling)
@@ -218,7 +219,7 @@ run_suite "polling-facade-own" "$facade"
 # --- cross checks: async-io with the facade on the kqueue targets --------------
 if [ "$cross" = 1 ]; then
     for target in x86_64-unknown-freebsd aarch64-apple-darwin; do
-        step "cargo check async-io-$aio_ver --target $target (facade: os::kqueue filters)"
+        step "cargo check $(basename "$aio") --target $target (facade: os::kqueue filters)"
         if ! rustup target list --installed | grep -qx "$target"; then
             rustup target add "$target"
         fi
