@@ -876,6 +876,24 @@ impl<B: Backend> Drop for Poller<B> {
     }
 }
 
+/// The backend's kernel instance (the epoll or kqueue descriptor; the poll(2)
+/// backend's waker), for nesting this poller in another event loop: on epoll and
+/// kqueue it is readable while a kernel event is pending (epoll(7), kqueue(2)),
+/// after which `deliver` with a zero timeout collects it. Only read readiness may be
+/// asked of it; never read, write or close it.
+impl<B: Backend + AsFd> AsFd for Poller<B> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.backend.as_fd()
+    }
+}
+
+/// [`AsFd`]'s descriptor as a number.
+impl<B: Backend + AsFd> AsRawFd for Poller<B> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.backend.as_fd().as_raw_fd()
+    }
+}
+
 impl<B: Backend> std::fmt::Debug for Poller<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Poller")
