@@ -4,14 +4,16 @@
 //!
 //! ```text
 //! cargo run --release --example pingpong [-- --pairs P --threads T --rounds R --backend NAME]
+//! cargo run --release --features io-uring --example pingpong -- --backend uring
 //! ```
 //!
 //! - `--pairs P`: socketpairs (default 8)
 //! - `--threads T`: threads calling `deliver` on the one poller (default 2)
 //! - `--rounds R`: round trips in all, spread over the pairs (default 300000)
-//! - `--backend epoll|kqueue|blocking|all`: default `all` (those compiled here:
-//!   epoll and blocking on Linux; kqueue and blocking on the BSDs and macOS, or on
-//!   Linux built with `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
+//! - `--backend epoll|kqueue|uring|blocking|all`: default `all` (those compiled
+//!   here: epoll and blocking on Linux, and uring built with `--features io-uring`;
+//!   kqueue and blocking on the BSDs and macOS, or on Linux built with
+//!   `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
 //!
 //! Each pair has a client end that writes 64 bytes and an echo end that writes
 //! them back. Handlers follow the runtime pattern: try the I/O, arm only when there
@@ -272,6 +274,13 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
                 ),
                 "kevent wait",
             ),
+            "uring" => (
+                format!(
+                    "io_uring_enter for arms alone {:.2} {commands}",
+                    per(s.ctl_calls)
+                ),
+                "io_uring_enter",
+            ),
             _ => (format!("arms in memory, no syscall {commands}"), "poll"),
         };
         format!(
@@ -302,13 +311,15 @@ fn backends() -> Vec<(&'static str, Runner)> {
     compiled.push(("epoll", run::<pollshot::backends::Epoll>));
     #[cfg(pollshot_kqueue)]
     compiled.push(("kqueue", run::<pollshot::backends::Kqueue>));
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    compiled.push(("uring", run::<pollshot::backends::Uring>));
     compiled.push(("blocking", run::<pollshot::backends::Blocking>));
     compiled
 }
 
 fn usage(msg: &str) -> ! {
     eprintln!("pingpong: {msg}");
-    eprintln!("usage: pingpong [--pairs P] [--threads T] [--rounds R] [--backend epoll|kqueue|blocking|all]");
+    eprintln!("usage: pingpong [--pairs P] [--threads T] [--rounds R] [--backend epoll|kqueue|uring|blocking|all]");
     std::process::exit(2)
 }
 
@@ -322,7 +333,7 @@ fn main() {
                 "pingpong: P socketpairs, T threads delivering on one shared poller, R round \
                  trips of 64 bytes each, on every backend compiled for this OS.\n\
                  usage: pingpong [--pairs P (8)] [--threads T (2)] [--rounds R (300000)] \
-                 [--backend epoll|kqueue|blocking|all (all)]"
+                 [--backend epoll|kqueue|uring|blocking|all (all)]"
             );
             return;
         }
@@ -352,7 +363,9 @@ fn main() {
         .collect();
     if chosen.is_empty() {
         let names: Vec<_> = compiled.iter().map(|(n, _)| *n).collect();
-        let why = if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
+        let why = if backend == "uring" {
+            "needs Linux and --features io-uring"
+        } else if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
             "not compiled for this OS"
         } else {
             "unknown backend"
