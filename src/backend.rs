@@ -42,8 +42,9 @@ pub struct Tag {
 pub struct RawEvent {
     /// The slot the kernel tag names.
     pub slot: u32,
-    /// The stamp the kernel tag carries: the generation when
-    /// [`Backend::TAG_IS_GENERATION`], else the incarnation.
+    /// The stamp the kernel tag carries: the arming generation on a backend whose
+    /// kernel tag holds it (epoll: `data.u64`), else the slot's incarnation (kqueue:
+    /// `udata`, fixed at `EV_ADD`).
     pub stamp: u32,
     /// What the kernel reported.
     pub readiness: Readiness,

@@ -15,6 +15,7 @@
 
 pub mod bodies;
 pub mod cases;
+pub mod contract;
 pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
@@ -101,6 +102,10 @@ macro_rules! suite {
             case_p15_timeout_999us,
             case_p15_timeout_1500us,
             case_p15_timeout_max_until_notify,
+        ]);
+        suite!(@tests $backend, contract, [
+            contract_delivery_disarms_both_directions,
+            contract_arm_replaces_the_interest,
         ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]
