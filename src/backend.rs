@@ -1,7 +1,7 @@
 //! The backend contract: what a kernel interface must provide, and the contract of
 //! each method in terms of the state table in `state` (the crate's `src/state.rs`).
 //!
-//! Backends: [`Epoll`](crate::backends::Epoll) (Linux, Android), `Kqueue` (the BSDs,
+//! Backends: `Epoll` (Linux, Android), `Kqueue` (the BSDs,
 //! Apple; on Linux with `--cfg pollshot_libkqueue`) and
 //! [`Blocking`](crate::backends::Blocking) (poll(2), every Unix).
 //!
