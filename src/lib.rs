@@ -15,8 +15,8 @@
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
 //! Android, kqueue only on its targets, so those two are named here without links).
-//! All of them run one pure state machine (`src/state.rs`: the design's state table,
-//! one row per match arm), so they behave the same. See [`Poller`] for the API and
+//! All of them run one pure state machine (`src/state.rs`: the state table of the
+//! repository's `docs/design.md`, one row per match arm), so they behave the same. See [`Poller`] for the API and
 //! an example, [`Event`] for what an event means on every backend, and the crate
 //! README for the guarantees.
 //!

@@ -407,7 +407,7 @@ pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
         );
         match B::NAME {
             // The kernel adds EPOLLHUP to the quiet MOD; with EPOLLONESHOT it
-            // fires exactly once (DESIGN.md, checked on this kernel).
+            // fires exactly once (docs/design.md, "Kernel facts we rely on").
             "epoll" => assert_eq!(s.stale, 1, "{s:?}"),
             // Not in the polled set at all.
             "blocking" => assert_eq!(s.stale, 0, "{s:?}"),

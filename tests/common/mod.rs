@@ -3,8 +3,9 @@
 //! Each test file (`epoll.rs`, `blocking.rs`, `kqueue.rs`, `default_backend.rs`)
 //! does `#[macro_use] mod common;` and `suite!(TheBackend);`, which expands to one
 //! `#[test]` per body in [`bodies`] (the model on every descriptor kind, exact system
-//! call counts, threads, notify, bad input) and [`cases`] (one or more per scenario
-//! of `shared/cases/CASES.md`, named after its id).
+//! call counts, threads, notify, bad input), [`cases`] (one or more per scenario of
+//! `docs/cases.md`, named after its id), [`contract`] (the arming contract) and
+//! [`wakeups`] (deadlines, signals, counted notifies, what an event means).
 //!
 //! Timing never decides a pass: the only clocks here are lower bounds a correct
 //! poller must respect (a timeout waits at least its length) and generous deadlines
