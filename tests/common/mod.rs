@@ -68,6 +68,7 @@ macro_rules! suite {
             bad_negative_fd,
             bad_register_own_descriptor,
             bad_closed_fd,
+            errno_reused_by_dev_null_is_always_ready_not_an_error,
             bad_deregistered_token,
             bad_garbage_token,
             poller_is_send_sync,
