@@ -1322,14 +1322,21 @@ impl RegKernel<'_> {
                 }
             }
             (Semantics::Poll, Command::Modify(i, g)) => self.poll_arm(Some(i), g, true),
-            (Semantics::Poll, Command::Quiet(g)) => match self.model.pollset.get_mut(&self.slot) {
-                Some(e) => {
-                    e.armed = None;
-                    e.generation = g;
-                    Ok(())
+            (Semantics::Poll, Command::Quiet(g)) => {
+                let open = self.model.is_open(self.fd);
+                match self.model.pollset.get_mut(&self.slot) {
+                    Some(e) => {
+                        e.armed = None;
+                        e.generation = g;
+                        Ok(())
+                    }
+                    // An entry a wait dropped (POLLNVAL): the backend answers as
+                    // epoll's MOD of that number would, EBADF while it is closed,
+                    // else ENOENT.
+                    None if open => Err(Errno::NoEnt),
+                    None => Err(Errno::BadF),
                 }
-                None => Err(Errno::NoEnt),
-            },
+            }
             (Semantics::Poll, Command::Delete) => self
                 .model
                 .pollset
