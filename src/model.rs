@@ -1330,11 +1330,10 @@ impl RegKernel<'_> {
                         e.generation = g;
                         Ok(())
                     }
-                    // An entry a wait dropped (POLLNVAL): the backend answers as
-                    // epoll's MOD of that number would, EBADF while it is closed,
-                    // else ENOENT.
-                    None if open => Err(Errno::NoEnt),
-                    None => Err(Errno::BadF),
+                    // As the poll(2) backend answers: gone from the set, and the number
+                    // closed (EBADF) or open again (ENOENT).
+                    None if !open => Err(Errno::BadF),
+                    None => Err(Errno::NoEnt),
                 }
             }
             (Semantics::Poll, Command::Delete) => self

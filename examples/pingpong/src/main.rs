@@ -9,9 +9,10 @@
 //! - `--pairs P`: socketpairs (default 8)
 //! - `--threads T`: threads calling `deliver` on the one poller (default 2)
 //! - `--rounds R`: round trips in all, spread over the pairs (default 300000)
-//! - `--backend epoll|kqueue|blocking|all`: default `all` (those compiled here:
-//!   epoll and blocking on Linux; kqueue and blocking on the BSDs and macOS, or on
-//!   Linux built with `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
+//! - `--backend epoll|kqueue|blocking|uring|all`: default `all` (those compiled
+//!   here: epoll and blocking on Linux, uring too with `--features io-uring`;
+//!   kqueue and blocking on the BSDs and macOS, or on Linux built with
+//!   `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
 //!
 //! A package of its own in the workspace, depending only on pollshot (with its
 //! `stats` feature, for `Poller::stats()`): building it compiles none of the main
@@ -46,6 +47,8 @@ fn backends() -> Vec<(&'static str, Runner)> {
         compiled.push(("kqueue", run::run::<pollshot::DefaultBackend>));
     }
     compiled.push(("blocking", run::run::<pollshot::backends::Blocking>));
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    compiled.push(("uring", run::run::<pollshot::backends::Uring>));
     compiled
 }
 
@@ -100,6 +103,22 @@ fn describe(r: &Report) -> String {
                 per(s.deletes)
             );
         }
+        "uring" => {
+            out += &format!(
+                "{pad}system calls per round trip {total:.2} = {io} + io_uring_enter waits {:.2} + \
+                 io_uring_enter to submit alone {:.2} + eventfd {waker:.2}\n",
+                per(s.waits),
+                per(s.ctl_calls)
+            );
+            out += &format!(
+                "{pad}poll requests per round trip (most ride on the waits): first arms {:.2}, \
+                 re-arms {:.2}, disarms {:.2}, removals {:.2}",
+                per(s.adds),
+                per(s.modifies),
+                per(s.quiets),
+                per(s.deletes)
+            );
+        }
         _ => {
             out += &format!(
                 "{pad}system calls per round trip {total:.2} = {io} + poll {:.2} + waker pipe \
@@ -148,7 +167,9 @@ fn main() {
         .filter(|(n, _)| backend == "all" || *n == backend)
         .collect();
     if chosen.is_empty() {
-        let why = if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
+        let why = if backend == "uring" {
+            "not compiled: build with --features io-uring (Linux)"
+        } else if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
             "not compiled for this OS"
         } else {
             "unknown backend"
