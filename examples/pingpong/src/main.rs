@@ -52,90 +52,100 @@ fn backends() -> Vec<(&'static str, Runner)> {
     compiled
 }
 
+/// How one backend names its calls and its four commands (add, re-arm, quiet,
+/// delete), for the report.
+struct Words {
+    /// The wait system call.
+    wait: &'static str,
+    /// A system call made only to change registrations; `None` where commands
+    /// change memory (the poll(2) backend).
+    ctl: Option<&'static str>,
+    /// The waker's system calls.
+    waker: &'static str,
+    /// What the commands are, per round trip.
+    commands: &'static str,
+    /// The four commands' names.
+    ops: [&'static str; 4],
+}
+
+fn words(backend: &str) -> Words {
+    let (wait, ctl, waker, commands, ops) = match backend {
+        "epoll" => (
+            "epoll_wait",
+            Some("epoll_ctl"),
+            "eventfd",
+            "epoll_ctl per round trip by op",
+            ["ADD", "MOD", "MOD to quiet", "DEL"],
+        ),
+        "kqueue" => (
+            "kevent waits",
+            Some("kevent for changes alone"),
+            "waker",
+            "change records per round trip (most ride on the waits)",
+            ["EV_ADD", "EV_ENABLE", "EV_DISABLE", "EV_DELETE"],
+        ),
+        "uring" => (
+            "io_uring_enter waits",
+            Some("io_uring_enter to submit alone"),
+            "eventfd",
+            "poll requests per round trip (most ride on the waits)",
+            ["first arms", "re-arms", "disarms", "removals"],
+        ),
+        _ => (
+            "poll",
+            None,
+            "waker pipe",
+            "arms per round trip, in memory (no system call)",
+            ["first arms", "re-arms", "disarms", "removals"],
+        ),
+    };
+    Words {
+        wait,
+        ctl,
+        waker,
+        commands,
+        ops,
+    }
+}
+
 /// The report of one run: what it did, then its system calls per round trip by
 /// kind, in the words of its backend.
 fn describe(r: &Report) -> String {
     let rt = r.round_trips as f64;
     let per = |n: u64| n as f64 / rt;
     let s = &r.stats;
+    let w = words(r.backend);
     let secs = r.elapsed.as_secs_f64();
-    let (reads, writes) = (per(r.reads), per(r.writes));
-    let waker = per(s.wakes + s.wake_reads);
-    let total = per(s.syscalls()) + reads + writes;
-    let mut out = format!(
-        "{:<9} {} round trips in {secs:.3} s: {:.0} round trips/s\n",
+    let total = per(s.syscalls()) + per(r.reads) + per(r.writes);
+    let ctl = match w.ctl {
+        Some(name) => format!(" + {name} {:.2}", per(s.ctl_calls)),
+        None => String::new(),
+    };
+    let counts = [s.adds, s.modifies, s.quiets, s.deletes];
+    let ops: Vec<String> = w
+        .ops
+        .iter()
+        .zip(counts)
+        .map(|(name, n)| format!("{name} {:.2}", per(n)))
+        .collect();
+    let pad = " ".repeat(10);
+    format!(
+        "{:<9} {} round trips in {secs:.3} s: {:.0} round trips/s\n\
+         {pad}system calls per round trip {total:.2} = read {:.2} + write {:.2}{ctl} + \
+         {} {:.2} + {} {:.2}\n\
+         {pad}{}: {}",
         r.backend,
         r.round_trips,
-        rt / secs.max(1e-9)
-    );
-    let pad = " ".repeat(10);
-    let io = format!("read {reads:.2} + write {writes:.2}");
-    match r.backend {
-        "epoll" => {
-            out += &format!(
-                "{pad}system calls per round trip {total:.2} = {io} + epoll_ctl {:.2} + \
-                 epoll_wait {:.2} + eventfd {waker:.2}\n",
-                per(s.ctl_calls),
-                per(s.waits)
-            );
-            out += &format!(
-                "{pad}epoll_ctl per round trip by op: ADD {:.2}, MOD {:.2}, MOD to quiet {:.2}, \
-                 DEL {:.2}",
-                per(s.adds),
-                per(s.modifies),
-                per(s.quiets),
-                per(s.deletes)
-            );
-        }
-        "kqueue" => {
-            out += &format!(
-                "{pad}system calls per round trip {total:.2} = {io} + kevent waits {:.2} + \
-                 kevent for changes alone {:.2} + waker {waker:.2}\n",
-                per(s.waits),
-                per(s.ctl_calls)
-            );
-            out += &format!(
-                "{pad}change records per round trip (most ride on the waits): EV_ADD {:.2}, \
-                 EV_ENABLE {:.2}, EV_DISABLE {:.2}, EV_DELETE {:.2}",
-                per(s.adds),
-                per(s.modifies),
-                per(s.quiets),
-                per(s.deletes)
-            );
-        }
-        "uring" => {
-            out += &format!(
-                "{pad}system calls per round trip {total:.2} = {io} + io_uring_enter waits {:.2} + \
-                 io_uring_enter to submit alone {:.2} + eventfd {waker:.2}\n",
-                per(s.waits),
-                per(s.ctl_calls)
-            );
-            out += &format!(
-                "{pad}poll requests per round trip (most ride on the waits): first arms {:.2}, \
-                 re-arms {:.2}, disarms {:.2}, removals {:.2}",
-                per(s.adds),
-                per(s.modifies),
-                per(s.quiets),
-                per(s.deletes)
-            );
-        }
-        _ => {
-            out += &format!(
-                "{pad}system calls per round trip {total:.2} = {io} + poll {:.2} + waker pipe \
-                 {waker:.2}\n",
-                per(s.waits)
-            );
-            out += &format!(
-                "{pad}arms per round trip, in memory (no system call): {:.2} (first arms {:.2}, \
-                 disarms {:.2}, removals {:.2})",
-                per(s.adds + s.modifies),
-                per(s.adds),
-                per(s.quiets),
-                per(s.deletes)
-            );
-        }
-    }
-    out
+        rt / secs.max(1e-9),
+        per(r.reads),
+        per(r.writes),
+        w.wait,
+        per(s.waits),
+        w.waker,
+        per(s.wakes + s.wake_reads),
+        w.commands,
+        ops.join(", ")
+    )
 }
 
 /// Prints `msg` and the usage line, and exits with status 2 (bad usage).
