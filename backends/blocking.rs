@@ -13,24 +13,31 @@
 //!   meant for another one still polling without the new arm.
 //! - a wait polls every armed descriptor and the waker pipe; each reported
 //!   descriptor that is still armed with the same generation is disarmed in the set
-//!   and delivered, so one arming gives one delivery even with several waiters. The
-//!   reports are taken starting at a position that turns with each wait, so that a
-//!   small buffer does not give every delivery to the first ready descriptor in the
-//!   set's order.
+//!   and delivered, so one arming gives one delivery even with several waiters.
+//! - fairness: the set is ordered by slot, and each wait's scan starts right after
+//!   the last registration the previous wait delivered (wrapping), so with `N`
+//!   registrations ready and room for `c` per deliver, every one of them is served
+//!   within `ceil(N / c)` delivers.
 //! - descriptors poll(2) cannot watch do not exist here: regular files are always
-//!   ready, and a closed number reports `POLLNVAL` once, as an error event.
+//!   ready. A closed number (`POLLNVAL`) is dropped from the set and reported
+//!   nothing, as epoll drops a closed descriptor: the registration's next re-arm
+//!   finds it gone (ENOENT), re-adds it, and the first-arm check answers EBADF.
+//! - the waker is the pipe: a [`Driver::wake`] sets a flag and writes a byte; every
+//!   waiter polling wakes (poll(2) has no exclusive wake-up), and the first to take
+//!   the flag is the one woken; the others find their set changed or nothing, and
+//!   poll again.
 
-use crate::backend::{Backend, RawEvent, Sealed, Tag};
+use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::pipe;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
-use crate::Interest;
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -46,7 +53,10 @@ struct Reg {
 /// The registrations and the waiters polling them.
 #[derive(Debug, Default)]
 struct Set {
-    regs: HashMap<u32, Reg>,
+    /// By slot: the order a wait's scan follows.
+    regs: BTreeMap<u32, Reg>,
+    /// Where the next scan starts: the slot after the last one delivered.
+    cursor: u32,
     /// Bumped by every arm.
     version: u64,
     /// The version of the snapshot each waiter is polling now (one entry per
@@ -70,23 +80,22 @@ pub struct Blocking {
     caught_up: Condvar,
     wake_r: OwnedFd,
     wake_w: OwnedFd,
-    /// A user notify is pending (a wait returns for it).
-    notified: AtomicBool,
+    /// A [`Driver::wake`] no wait has taken yet (the wait that takes it returns).
+    user_woken: AtomicBool,
     /// A byte is in the pipe and not drained: further wakes skip the write.
     woken: AtomicBool,
-    /// Where the next wait starts taking reports (turns by one per wait).
-    rotate: AtomicUsize,
     counters: Counters,
 }
 
-impl Sealed for Blocking {}
+impl Backend for Blocking {}
 
 impl Blocking {
     fn set(&self) -> MutexGuard<'_, Set> {
         self.set.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn wake(&self) -> io::Result<()> {
+    /// Makes every waiter's poll(2) return (one pipe byte, unless one is there).
+    fn kick(&self) -> io::Result<()> {
         if self.woken.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -121,7 +130,7 @@ impl Blocking {
         // (both under the set's lock): wake it to poll the new set. The byte stays
         // in the pipe until every such waiter has returned from poll(2) (`wait`).
         if waiters {
-            self.wake().map_err(KernelError::Other)?;
+            self.kick().map_err(KernelError::Other)?;
         }
         Ok(())
     }
@@ -148,33 +157,29 @@ fn poll_flags(interest: Interest) -> PollFlags {
     f
 }
 
+/// Readiness from poll(2)'s `revents`: converted to epoll's bit values (the same
+/// numbers on Linux) and decoded by the rules every backend shares.
 fn readiness(revents: PollFlags) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if revents.intersects(PollFlags::IN | PollFlags::PRI) {
-        r.insert(Readiness::READABLE);
-    }
-    if revents.contains(PollFlags::OUT) {
-        r.insert(Readiness::WRITABLE);
+    let mut bits = 0;
+    for (flag, bit) in [
+        (PollFlags::IN, 0x001),
+        (PollFlags::PRI, 0x002),
+        (PollFlags::OUT, 0x004),
+        (PollFlags::ERR, 0x008),
+        (PollFlags::HUP, 0x010),
+    ] {
+        if revents.contains(flag) {
+            bits |= bit;
+        }
     }
     #[cfg(all(
         any(target_os = "linux", target_os = "android"),
         not(any(target_arch = "sparc", target_arch = "sparc64"))
     ))]
     if revents.contains(PollFlags::RDHUP) {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
+        bits |= 0x2000;
     }
-    if revents.contains(PollFlags::HUP) {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if revents.intersects(PollFlags::ERR | PollFlags::NVAL) {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
+    Readiness::from_epoll(bits)
 }
 
 /// The longest single condition-variable wait (the loop around it goes on).
@@ -187,7 +192,7 @@ fn is_open(fd: RawFd) -> bool {
     rustix::io::fcntl_getfd(borrowed).is_ok()
 }
 
-impl Backend for Blocking {
+impl Driver for Blocking {
     const NAME: &'static str = "blocking";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
@@ -199,9 +204,8 @@ impl Backend for Blocking {
             caught_up: Condvar::new(),
             wake_r,
             wake_w,
-            notified: AtomicBool::new(false),
+            user_woken: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            rotate: AtomicUsize::new(0),
             counters: Counters::default(),
         })
     }
@@ -222,16 +226,21 @@ impl Backend for Blocking {
         self.arm_in_set(fd, tag, interest, true)
     }
 
-    fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+    /// A quiet of an entry poll(2) dropped (`POLLNVAL`) answers as epoll's MOD of a
+    /// closed descriptor does: EBADF (one `fcntl(F_GETFD)`, on this rare path only),
+    /// or ENOENT if the number was reused.
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
-        match self.set().regs.get_mut(&tag.slot) {
-            Some(reg) => {
-                reg.armed = None;
-                reg.generation = tag.generation;
-                Ok(())
-            }
-            None => Err(KernelError::NotFound),
+        if let Some(reg) = self.set().regs.get_mut(&tag.slot) {
+            reg.armed = None;
+            reg.generation = tag.generation;
+            return Ok(());
         }
+        Err(if is_open(fd) {
+            KernelError::NotFound
+        } else {
+            KernelError::BadFd
+        })
     }
 
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
@@ -247,18 +256,20 @@ impl Backend for Blocking {
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut remaining = timeout;
         loop {
-            // A snapshot of the armed set, (slot, generation) beside each pollfd,
-            // and this waiter listed with its version: an arm after this point
-            // wakes it (see `arm_in_set`).
+            // A snapshot of the armed set in scan order (from the cursor, wrapping),
+            // (slot, generation) beside each pollfd, and this waiter listed with its
+            // version: an arm after this point wakes it (see `arm_in_set`).
             let (armed, version) = {
                 let mut set = self.set();
+                let cursor = set.cursor;
                 let armed: Vec<(u32, Reg)> = set
                     .regs
-                    .iter()
+                    .range(cursor..)
+                    .chain(set.regs.range(..cursor))
                     .filter(|(_, r)| r.armed.is_some())
                     .map(|(&s, &r)| (s, r))
                     .collect();
@@ -309,37 +320,46 @@ impl Backend for Blocking {
                         .bump(Count::WakeRead, pipe::drain(&self.wake_r));
                     self.woken.store(false, Ordering::Release);
                 }
-                user_notify = self.notified.swap(false, Ordering::AcqRel);
+                user_notify = self.user_woken.swap(false, Ordering::AcqRel);
             }
-            if n > 0 && !armed.is_empty() {
-                let start = self.rotate.fetch_add(1, Ordering::Relaxed) % armed.len();
-                for k in 0..armed.len() {
+            if n > 0 {
+                let mut last = None;
+                for ((slot, seen), pfd) in armed.iter().zip(&fds[1..]) {
                     if out.len() >= max {
                         break;
                     }
-                    let i = (start + k) % armed.len();
-                    let revents = fds[1 + i].revents();
+                    let revents = pfd.revents();
                     if revents.is_empty() {
                         continue;
                     }
-                    let (slot, seen) = &armed[i];
                     // Deliver only if still armed for the same generation: another
                     // waiter may have taken it, or it was disarmed or re-armed.
-                    if let Some(reg) = set.regs.get_mut(slot) {
-                        if reg.armed.is_some() && reg.generation == seen.generation {
-                            reg.armed = None;
-                            out.push(RawEvent {
-                                slot: *slot,
-                                stamp: reg.generation,
-                                readiness: readiness(revents),
-                            });
-                        }
+                    let Some(reg) = set.regs.get_mut(slot) else {
+                        continue;
+                    };
+                    if reg.armed.is_none() || reg.generation != seen.generation {
+                        continue;
                     }
+                    if revents.contains(PollFlags::NVAL) {
+                        // Closed: dropped, as epoll drops a closed descriptor.
+                        set.regs.remove(slot);
+                        continue;
+                    }
+                    reg.armed = None;
+                    out.push(RawEvent {
+                        slot: *slot,
+                        stamp: reg.generation,
+                        readiness: readiness(revents),
+                    });
+                    last = Some(*slot);
+                }
+                if let Some(slot) = last {
+                    set.cursor = slot.wrapping_add(1);
                 }
             }
             drop(set);
             if !out.is_empty() || user_notify {
-                return Ok(());
+                return Ok(user_notify);
             }
             // Woken only to see a changed set, or every report was taken by another
             // waiter: poll again for the time left.
@@ -349,13 +369,13 @@ impl Backend for Blocking {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        return Ok(());
+                        return Ok(false);
                     }
                     Some(d - now)
                 }
             };
             if timeout == Some(Duration::ZERO) {
-                return Ok(());
+                return Ok(false);
             }
             if left_for_others {
                 // Polling again now would return at once (the byte is still in the
@@ -376,7 +396,7 @@ impl Backend for Blocking {
                 if let Some(d) = deadline {
                     let now = Instant::now();
                     if now >= d {
-                        return Ok(());
+                        return Ok(false);
                     }
                     remaining = Some(d - now);
                 }
@@ -384,9 +404,9 @@ impl Backend for Blocking {
         }
     }
 
-    fn notify(&self) -> io::Result<()> {
-        self.notified.store(true, Ordering::Release);
-        self.wake()
+    fn wake(&self) -> io::Result<()> {
+        self.user_woken.store(true, Ordering::Release);
+        self.kick()
     }
 
     fn reinit_after_fork(&mut self) -> io::Result<()> {
@@ -396,7 +416,7 @@ impl Backend for Blocking {
         self.wake_w = w;
         // No thread but this one exists in the child: nobody is polling.
         *self.set.get_mut().unwrap_or_else(PoisonError::into_inner) = Set::default();
-        *self.notified.get_mut() = false;
+        *self.user_woken.get_mut() = false;
         *self.woken.get_mut() = false;
         Ok(())
     }

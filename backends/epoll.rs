@@ -14,16 +14,22 @@
 //! - delete: `EPOLL_CTL_DEL`, only at deregistration.
 //! - EPERM (regular files, `/dev/null`) is `NotPollable`: the registration is
 //!   reported always ready and never added.
-//! - the waker is an eventfd registered level-triggered under the reserved slot
-//!   `u32::MAX`; a wait that was not notified costs no extra system call.
+//! - the waker is an eventfd registered edge-triggered (`EPOLLET`) under the reserved
+//!   tag `u64::MAX`. Each write is one edge, reported to one `epoll_wait` caller (the
+//!   kernel queues blocked waiters exclusively), and never re-reported: a
+//!   level-triggered waker on an epoll set shared by several threads is reported to
+//!   a second waiter before the first drains it (one notify, two early returns). The
+//!   counter is never read: an edge needs no drain, so a wake-up costs one write and
+//!   a wait that was not woken costs nothing extra. The counter would saturate only
+//!   after 2^64 - 2 writes; a write that finds it full (EAGAIN) resets it first.
 
-use crate::backend::{Backend, RawEvent, Sealed, Tag};
+use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::error::classify;
 use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};
-use crate::Interest;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::io::Errno;
@@ -43,16 +49,13 @@ const BATCH: usize = 256;
 pub struct Epoll {
     epoll: OwnedFd,
     waker: OwnedFd,
-    /// A notify is written to the eventfd and not yet drained: later notifies skip
-    /// the write (they coalesce).
-    notified: AtomicBool,
     /// `epoll_pwait2` answered ENOSYS once (older kernel or a seccomp filter):
     /// sub-millisecond timeouts round up to milliseconds from then on.
     no_pwait2: AtomicBool,
     counters: Counters,
 }
 
-impl Sealed for Epoll {}
+impl Backend for Epoll {}
 
 #[inline]
 fn flags_for(interest: Interest) -> EventFlags {
@@ -64,34 +67,6 @@ fn flags_for(interest: Interest) -> EventFlags {
         flags |= EventFlags::OUT;
     }
     flags
-}
-
-/// Readiness from `epoll_event.events`. Hang-up and error are reported on both
-/// directions, so whichever side the caller tries finds out.
-#[inline]
-fn readiness(flags: EventFlags) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if flags.intersects(EventFlags::IN | EventFlags::PRI) {
-        r.insert(Readiness::READABLE);
-    }
-    if flags.contains(EventFlags::OUT) {
-        r.insert(Readiness::WRITABLE);
-    }
-    if flags.contains(EventFlags::RDHUP) {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
-    }
-    if flags.contains(EventFlags::HUP) {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if flags.contains(EventFlags::ERR) {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
 }
 
 /// Borrows a registered descriptor number for one `epoll_ctl`.
@@ -110,9 +85,13 @@ impl Epoll {
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
         )?;
-        // Level-triggered and never oneshot: a pending notify is seen by every wait
-        // until it is drained.
-        epoll::add(&ep, &waker, EventData::new_u64(WAKER), EventFlags::IN)?;
+        // Edge-triggered: one report per write, to one waiter (module docs).
+        epoll::add(
+            &ep,
+            &waker,
+            EventData::new_u64(WAKER),
+            EventFlags::IN | EventFlags::ET,
+        )?;
         Ok((ep, waker))
     }
 
@@ -208,7 +187,7 @@ impl Epoll {
     }
 }
 
-impl Backend for Epoll {
+impl Driver for Epoll {
     const NAME: &'static str = "epoll";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
@@ -218,7 +197,6 @@ impl Backend for Epoll {
         Ok(Epoll {
             epoll,
             waker,
-            notified: AtomicBool::new(false),
             no_pwait2: AtomicBool::new(false),
             counters: Counters::default(),
         })
@@ -256,46 +234,46 @@ impl Backend for Epoll {
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
         let len = max.clamp(1, BATCH);
         self.counters.one(Count::Wait);
         let n = self.wait_into(&mut buf[..len], timeout)?;
+        let mut woken = false;
         for slot in &buf[..n] {
             // SAFETY: the kernel initialised the first `n` entries.
             let ev = unsafe { slot.assume_init_ref() };
             let data = ev.data.u64();
             if data == WAKER {
-                // Drain first, then clear the flag: a notify that lands in between
-                // sees the flag still set and skips its write, and this wait, which
-                // returns now, is the wake-up it asked for.
-                self.counters.one(Count::WakeRead);
-                let mut word = [0u8; 8];
-                let _ = rustix::io::read(&self.waker, &mut word);
-                self.notified.store(false, Ordering::Release);
+                woken = true;
                 continue;
             }
             let (slot, generation) = unpack64(data);
             out.push(RawEvent {
                 slot,
                 stamp: generation,
-                readiness: readiness(ev.flags),
+                readiness: Readiness::from_epoll({ ev.flags }.bits()),
             });
         }
-        Ok(())
+        Ok(woken)
     }
 
-    fn notify(&self) -> io::Result<()> {
-        if self.notified.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
+    fn wake(&self) -> io::Result<()> {
         self.counters.one(Count::Wake);
-        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
-            // EAGAIN: the counter is at its maximum, the waker is readable anyway.
-            Ok(_) | Err(Errno::AGAIN) => Ok(()),
-            Err(e) => {
-                self.notified.store(false, Ordering::Release);
-                Err(e.into())
+        loop {
+            match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+                Ok(_) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                // The counter is saturated (2^64 - 2 writes unread): reset it, so
+                // that the next write is an edge again.
+                Err(Errno::AGAIN) => {
+                    self.counters.one(Count::WakeRead);
+                    let mut word = [0u8; 8];
+                    // Another writer's reset may have emptied it first: either way
+                    // the next write is an edge.
+                    let _ = rustix::io::read(&self.waker, &mut word);
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -306,7 +284,6 @@ impl Backend for Epoll {
         let (epoll, waker) = Epoll::create()?;
         self.epoll = epoll;
         self.waker = waker;
-        *self.notified.get_mut() = false;
         Ok(())
     }
 

@@ -274,7 +274,7 @@ impl<B: Backend> Mux for Pollshot<B> {
         Events::with_capacity(BATCH)
     }
     fn add(&mut self, ep: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let t = self.poller.register(fd)?;
+        let t = self.poller.register(&fd)?;
         self.poller.arm(t, Interest::READABLE)?;
         if self.tokens.len() <= ep {
             self.tokens.resize(ep + 1, t);

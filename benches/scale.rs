@@ -152,8 +152,6 @@ impl<B: Backend> Subject for Pollshot<B> {
             events: Events::with_capacity(64),
         }
     }
-    // `&fd` suits `register` taking the descriptor by value or by reference.
-    #[allow(clippy::needless_borrows_for_generic_args)]
     fn register(&mut self, fd: BorrowedFd<'_>) -> Token {
         self.poller
             .register(&fd)

@@ -81,7 +81,7 @@ impl Reactor for PollshotReactor {
         pollshot::Events::with_capacity(64)
     }
     fn add(&self, fd: BorrowedFd<'_>, want: Want) -> io::Result<usize> {
-        let token = self.0.register(fd)?;
+        let token = self.0.register(&fd)?;
         let key = token.to_u64() as usize;
         self.arm(key, fd, want)?;
         Ok(key)

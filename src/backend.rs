@@ -1,25 +1,37 @@
-//! The [`Backend`] trait: what a kernel interface must provide, and the contract of
-//! each method in terms of the state table in [`state`](crate::state).
+//! The backend contract: what a kernel interface must provide, and the contract of
+//! each method in terms of the state table in `state` (the crate's `src/state.rs`).
 //!
-//! Backends: [`Epoll`](crate::backends::Epoll) (Linux, Android),
-//! [`Kqueue`](crate::backends::Kqueue) (the BSDs, Apple; on Linux with
-//! `--cfg pollshot_libkqueue`) and [`Blocking`](crate::backends::Blocking) (poll(2),
-//! every Unix). The trait is sealed: the set of backends is the crate's to keep.
+//! Backends: [`Epoll`](crate::backends::Epoll) (Linux, Android), `Kqueue` (the BSDs,
+//! Apple; on Linux with `--cfg pollshot_libkqueue`) and
+//! [`Blocking`](crate::backends::Blocking) (poll(2), every Unix).
+//!
+//! [`Backend`] is the public name, *sealed*: it has no methods a user can call or
+//! implement, only the supertrait [`Driver`], which is crate-private. The set of
+//! backends is the crate's to keep, and their internals can change without a
+//! breaking release.
 
 use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::Counters;
-use crate::Interest;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
+
+/// A kernel interface a [`Poller`](crate::Poller) can run on: one of the types in
+/// [`backends`](crate::backends).
+///
+/// Sealed: implemented by the crate's backends only, and with no public methods. Use
+/// it to name a backend, as in `Poller::<pollshot::backends::Blocking>::with_backend()`,
+/// or as a bound, as in `fn serve<B: pollshot::Backend>(p: &pollshot::Poller<B>)`.
+pub trait Backend: Driver {}
 
 /// Who a kernel command is for: the slot, its incarnation and the arming generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
     /// The registration's slot in the poller's table.
     pub slot: u32,
-    /// The slot's incarnation (the high half of its [`Token`](crate::Token)).
+    /// The slot's incarnation (the high half of its [`Token`](crate::token::Token)).
     pub incarnation: u32,
     /// The generation this command installs (epoll writes it into `data.u64`).
     pub generation: u32,
@@ -37,12 +49,7 @@ pub struct RawEvent {
     pub readiness: Readiness,
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-pub(crate) use sealed::Sealed;
-
-/// A kernel interface the [`Poller`](crate::Poller) drives.
+/// The contract a kernel interface implements (crate-private: see [`Backend`]).
 ///
 /// Every method may be called from several threads at once. The poller serialises
 /// the commands for one registration (it holds that registration's lock across the
@@ -51,7 +58,7 @@ pub(crate) use sealed::Sealed;
 /// Registration commands answer with a [`KernelError`] the state machine acts on:
 /// `NotFound` (ENOENT), `Exists` (EEXIST), `NotPollable` (the kernel cannot poll this
 /// descriptor: epoll EPERM, kqueue EINVAL), `BadFd` (EBADF), or `Other`.
-pub trait Backend: Sealed + Send + Sync + Sized + 'static {
+pub trait Driver: Send + Sync + Sized + 'static {
     /// A short name for reports: `"epoll"`, `"kqueue"`, `"blocking"`.
     const NAME: &'static str;
 
@@ -95,21 +102,28 @@ pub trait Backend: Sealed + Send + Sync + Sized + 'static {
 
     /// Waits for kernel events and appends at most `max` of them to `out`.
     ///
-    /// `None` blocks until an event or a [`notify`](Self::notify); `Some(ZERO)` never
+    /// `None` blocks until an event or a [`wake`](Self::wake); `Some(ZERO)` never
     /// blocks; any other timeout waits at least that long (rounded up to the kernel's
-    /// unit), and a huge one is clamped rather than refused. A wake-up by `notify`
-    /// drains the waker and appends nothing for it. EINTR is returned as
-    /// `ErrorKind::Interrupted`; the poller turns it into an early `Ok`.
+    /// unit), and a huge one is clamped rather than refused. The wait returns when it
+    /// appended an event, when it was woken, or when the timeout passed; a kernel
+    /// wait that returned only for the backend's own purposes (a change to carry) is
+    /// repeated inside for the time left.
+    ///
+    /// Returns `Ok(true)` when a [`wake`](Self::wake) reached this wait (it may have
+    /// appended events too), `Ok(false)` otherwise: with nothing appended, that means
+    /// the timeout passed. EINTR is returned as `ErrorKind::Interrupted`, with
+    /// nothing appended.
     fn wait(
         &self,
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-    ) -> io::Result<()>;
+    ) -> io::Result<bool>;
 
-    /// Wakes one blocked [`wait`](Self::wait), or makes the next one return at once.
-    /// Notifies that come before a wait consumes them coalesce into one wake-up.
-    fn notify(&self) -> io::Result<()>;
+    /// The binary waker: after this call, at least one wait (blocked now, or the
+    /// next one) returns `Ok(true)`. Wake-ups that no wait has seen yet may merge
+    /// into one; the poller counts notifies above this (`src/wake.rs`).
+    fn wake(&self) -> io::Result<()>;
 
     /// In a forked child: replace the kernel instance and the waker with new ones
     /// that the child owns, without touching the parent's (never close a descriptor

@@ -8,7 +8,7 @@
 //!
 //! [`MULTIPLEXES_ONESHOT`]: crate::MULTIPLEXES_ONESHOT
 
-use crate::Interest;
+use crate::interest::Interest;
 use rustix::event::{PollFd, PollFlags};
 use std::io;
 use std::os::fd::AsFd;

@@ -1,60 +1,53 @@
-//! How kernel refusals and misuse become `io::Error`s with a clear kind and message.
+//! How kernel refusals and misuse become `io::Error`s: the one place the mapping
+//! lives.
+//!
+//! # Errors from the kernel keep their errno
+//!
+//! When the kernel refuses a command, the caller gets the kernel's error as it came:
+//! `io::Error::from_raw_os_error(errno)`, so `raw_os_error()` is `Some(errno)` and
+//! `kind()` is what std derives from it (the convention of std, mio and polling):
+//!
+//! | errno | from | when | `kind()` |
+//! |---|---|---|---|
+//! | EBADF | `arm`, `disarm` (epoll_ctl(2), kevent(2); the poll(2) backend's first-arm check) | the descriptor is closed; for `arm` after the ENOENT→ADD fallback too (the number is free) | `Uncategorized` |
+//! | ENOMEM, ENOSPC | `arm` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
+//! | EMFILE, ENFILE, ENOMEM | `Poller::new`, `reinit_after_fork` | creating the instance or its waker | `Uncategorized`, `OutOfMemory` |
+//! | EINTR | `deliver` | a signal arrived before any event | `Interrupted` |
+//! | any other | any call | passed on unchanged | std's |
+//!
+//! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
+//! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from
+//! epoll and EINVAL from kqueue on a descriptor they cannot poll (regular files,
+//! `/dev/null`: reported always ready), and ENOENT or EBADF on a delete (the kernel
+//! already dropped the descriptor). If a fallback fails too, its own errno is the
+//! one returned.
+//!
+//! # pollshot's own errors carry a message
+//!
+//! | kind | when |
+//! |---|---|
+//! | `NotFound` | a token names no live registration |
+//! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
+//! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
+//! | `OutOfMemory` | past the table's slot limit |
 
 use crate::state::KernelError;
-use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 
-/// An operation on a descriptor that the kernel refused; the `io::Error`'s payload.
-#[derive(Debug)]
-struct OpError {
-    op: &'static str,
-    fd: RawFd,
-    source: io::Error,
-}
-
-impl fmt::Display for OpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pollshot {} on fd {}: {}", self.op, self.fd, self.source)
+/// The `io::Error` for a kernel refusal: the kernel's errno as it came.
+pub(crate) fn kernel(e: KernelError) -> io::Error {
+    match e {
+        KernelError::BadFd => io::Error::from_raw_os_error(libc::EBADF),
+        KernelError::NotFound => io::Error::from_raw_os_error(libc::ENOENT),
+        KernelError::Exists => io::Error::from_raw_os_error(libc::EEXIST),
+        KernelError::NotPollable => io::Error::from_raw_os_error(libc::EPERM),
+        KernelError::Other(e) => e,
     }
-}
-
-impl std::error::Error for OpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// The `io::Error` for a kernel refusal during `op` on `fd`.
-///
-/// EBADF (the number is not open) is `InvalidInput`; ENOENT left over after the
-/// fallbacks is `NotFound`; anything else keeps the kind of the OS error, which
-/// stays reachable as the error's `source()`.
-pub(crate) fn kernel(op: &'static str, fd: RawFd, e: KernelError) -> io::Error {
-    let (kind, source) = match e {
-        KernelError::BadFd => (
-            io::ErrorKind::InvalidInput,
-            io::Error::from_raw_os_error(libc::EBADF),
-        ),
-        KernelError::NotFound => (
-            io::ErrorKind::NotFound,
-            io::Error::from_raw_os_error(libc::ENOENT),
-        ),
-        KernelError::Exists => (
-            io::ErrorKind::AlreadyExists,
-            io::Error::from_raw_os_error(libc::EEXIST),
-        ),
-        KernelError::NotPollable => (
-            io::ErrorKind::Unsupported,
-            io::Error::from_raw_os_error(libc::EPERM),
-        ),
-        KernelError::Other(e) => (e.kind(), e),
-    };
-    io::Error::new(kind, OpError { op, fd, source })
 }
 
 /// The token names no live registration.
-pub(crate) fn unknown_token(op: &'static str, token: crate::Token) -> io::Error {
+pub(crate) fn unknown_token(op: &'static str, token: crate::token::Token) -> io::Error {
     io::Error::new(
         io::ErrorKind::NotFound,
         format!(

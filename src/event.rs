@@ -1,13 +1,15 @@
 //! [`Event`] (one delivery) and [`Events`] (a reusable buffer of them).
 
 use crate::backend::RawEvent;
-use crate::Token;
+use crate::interest::Interest;
+use crate::token::Token;
 use std::fmt;
 
-/// Readiness bits as a backend reports them for one kernel event.
+/// Readiness bits as a backend reports them for one kernel event (crate-private).
 ///
 /// Users read them through [`Event`]'s methods; backends build them from the
-/// kernel's flags with the constants below.
+/// kernel's flags with the constants below, and the poller keeps the directions of
+/// the arming's interest ([`Readiness::for_interest`]).
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct Readiness(u8);
 
@@ -42,18 +44,108 @@ impl Readiness {
     pub const fn union(self, other: Readiness) -> Readiness {
         Readiness(self.0 | other.0)
     }
+
+    /// Readiness from a report in epoll's bit values (`EPOLLIN` 0x1, `EPOLLPRI` 0x2,
+    /// `EPOLLOUT` 0x4, `EPOLLERR` 0x8, `EPOLLHUP` 0x10, `EPOLLRDHUP` 0x2000; poll(2)'s
+    /// `revents` use the same values on Linux, and the poll(2) backend converts to
+    /// them elsewhere), by the rules of [`Event`]:
+    ///
+    /// - IN, PRI: readable. OUT: writable.
+    /// - RDHUP: readable and read-closed (the peer shut down its writing side).
+    /// - HUP: both directions closed: readable, writable, read- and write-closed.
+    /// - ERR: error, and readable and writable (the next I/O call reports the error
+    ///   instead of blocking); also write-closed when it comes with OUT or with none
+    ///   of IN, PRI, HUP, RDHUP (a pipe's write end whose reader closed: writes fail
+    ///   with EPIPE), as mio's mapping has it.
+    ///
+    /// Other bits are ignored. The epoll backend, the poll(2) backend and the kernel
+    /// model all decode with this one function.
+    pub const fn from_epoll(bits: u32) -> Readiness {
+        const IN: u32 = 0x001;
+        const PRI: u32 = 0x002;
+        const OUT: u32 = 0x004;
+        const ERR: u32 = 0x008;
+        const HUP: u32 = 0x010;
+        const RDHUP: u32 = 0x2000;
+        let mut r = 0;
+        if bits & (IN | PRI) != 0 {
+            r |= Readiness::READABLE.0;
+        }
+        if bits & OUT != 0 {
+            r |= Readiness::WRITABLE.0;
+        }
+        if bits & RDHUP != 0 {
+            r |= Readiness::READABLE.0 | Readiness::READ_CLOSED.0;
+        }
+        if bits & HUP != 0 {
+            r |= Readiness::READABLE.0
+                | Readiness::WRITABLE.0
+                | Readiness::READ_CLOSED.0
+                | Readiness::WRITE_CLOSED.0;
+        }
+        if bits & ERR != 0 {
+            r |= Readiness::ERROR.0 | Readiness::READABLE.0 | Readiness::WRITABLE.0;
+            if bits & OUT != 0 || bits & (IN | PRI | HUP | RDHUP) == 0 {
+                r |= Readiness::WRITE_CLOSED.0;
+            }
+        }
+        Readiness(r)
+    }
+
+    /// The bits an arming for `interest` reports: readable and read-closed only for
+    /// a readable interest, writable and write-closed only for a writable one,
+    /// error always. Every backend's report goes through this, so one event means
+    /// the same on epoll (which reports hang-ups and errors whatever the interest),
+    /// kqueue (which reports per filter) and poll(2).
+    #[inline]
+    pub const fn for_interest(self, interest: Interest) -> Readiness {
+        let mut keep = Readiness::ERROR.0;
+        if interest.is_readable() {
+            keep |= Readiness::READABLE.0 | Readiness::READ_CLOSED.0;
+        }
+        if interest.is_writable() {
+            keep |= Readiness::WRITABLE.0 | Readiness::WRITE_CLOSED.0;
+        }
+        Readiness(self.0 & keep)
+    }
 }
 
-/// One delivery: the registration it belongs to and the readiness the kernel reported.
+/// One delivery: the registration it belongs to and what the kernel reported.
 ///
-/// A delivery disarms its registration (oneshot): nothing more is reported for it
-/// until it is armed again with [`Poller::arm`](crate::Poller::arm). Registrations are
-/// level-triggered: a reader need not drain; if data is left, the next arm reports it
-/// again.
+/// A delivery completes one arming and disarms the *whole* registration (oneshot):
+/// nothing more is reported for it, in either direction, until it is armed again
+/// with [`Poller::arm`](crate::Poller::arm). Registrations are level-triggered: a
+/// reader need not drain; if data is left, the next arm reports it again. A
+/// registration armed for both directions whose readable side fired is not watched
+/// for writable any more: re-arm with what is still wanted (see the example on
+/// [`Poller::arm`](crate::Poller::arm)).
 ///
-/// The flags are what the kernel said, not filtered by the interest asked for:
-/// a hang-up or an error is reported whatever the interest, so that the next I/O
-/// call finds out what happened.
+/// # What an event means, on every backend
+///
+/// An event reports the directions of the interest its arming asked for, plus
+/// errors; a direction that was not asked for is never set, whatever the kernel
+/// said (epoll reports hang-ups and errors on every registration; kqueue reports per
+/// filter; poll(2) per descriptor). Within those directions:
+///
+/// | method | set when | epoll | kqueue | poll(2) |
+/// |---|---|---|---|---|
+/// | [`is_readable`](Self::is_readable) | a read (or accept) will not block: data, EOF, or an error to report | `EPOLLIN`, `EPOLLPRI`, `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR` | `EVFILT_READ` | `POLLIN`, `POLLPRI`, `POLLRDHUP`, `POLLHUP`, `POLLERR` |
+/// | [`is_writable`](Self::is_writable) | a write will not block: room, a finished connect, or an error to report | `EPOLLOUT`, `EPOLLHUP`, `EPOLLERR` | `EVFILT_WRITE` | `POLLOUT`, `POLLHUP`, `POLLERR` |
+/// | [`is_read_closed`](Self::is_read_closed) | the peer will send nothing more | `EPOLLRDHUP`, `EPOLLHUP` | `EV_EOF` on `EVFILT_READ` | `POLLRDHUP` (Linux), `POLLHUP` |
+/// | [`is_write_closed`](Self::is_write_closed) | writes cannot succeed | `EPOLLHUP`; `EPOLLERR` with `EPOLLOUT` or alone | `EV_EOF` on `EVFILT_WRITE` | `POLLHUP`; `POLLERR` with `POLLOUT` or alone |
+/// | [`is_error`](Self::is_error) | the descriptor has a pending error | `EPOLLERR` | `EV_ERROR`, `EV_EOF` with an errno in `fflags` | `POLLERR` |
+///
+/// Examples: a peer's `shutdown(SHUT_WR)` is readable + read-closed (not
+/// write-closed); a pipe's write end whose reader closed is writable +
+/// write-closed (+ error on epoll and poll(2)); a refused non-blocking connect is
+/// writable + write-closed + error; a reset is error + both closed directions that
+/// were asked for.
+///
+/// A descriptor closed while armed is never reported (epoll drops a closed
+/// descriptor from its set; the poll(2) backend drops one that poll(2) answers
+/// `POLLNVAL` for): its registration stays armed in the table, and the next
+/// [`arm`](crate::Poller::arm) with another interest fails with EBADF (or, if the
+/// number was reused, watches the new descriptor). Deregister before closing.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,
@@ -73,40 +165,44 @@ impl Event {
         self.token
     }
 
-    /// Data can be read, a connection accepted, or the read side reached EOF
-    /// (epoll `EPOLLIN`/`EPOLLRDHUP`/`EPOLLHUP`, kqueue `EVFILT_READ`, poll `POLLIN`/`POLLHUP`).
+    /// A read (or an accept) will not block: data is there, the read side reached
+    /// EOF, or an error is pending. Only for an arming with a readable interest
+    /// (the table above says which kernel flags set it).
     #[inline]
     pub fn is_readable(&self) -> bool {
         self.readiness.contains(Readiness::READABLE)
     }
 
-    /// The send buffer has room, or a non-blocking connect finished
-    /// (epoll `EPOLLOUT`, kqueue `EVFILT_WRITE`, poll `POLLOUT`).
+    /// A write will not block: the send buffer has room, a non-blocking connect
+    /// finished, or the write will fail at once (closed, error). Only for an arming
+    /// with a writable interest.
     #[inline]
     pub fn is_writable(&self) -> bool {
         self.readiness.contains(Readiness::WRITABLE)
     }
 
-    /// The peer will send no more: a read returns what is buffered, then EOF
-    /// (epoll `EPOLLRDHUP` or `EPOLLHUP`, kqueue `EV_EOF` on `EVFILT_READ`, poll `POLLRDHUP`
-    /// (Linux) or `POLLHUP`; poll(2) elsewhere has no half-close flag: the read returns EOF).
-    /// A peer's `shutdown(SHUT_WR)` sets this and not [`is_write_closed`](Self::is_write_closed).
+    /// The peer will send no more: a read returns what is buffered, then EOF. A
+    /// peer's `shutdown(SHUT_WR)` sets this and not
+    /// [`is_write_closed`](Self::is_write_closed). Only for an arming with a readable
+    /// interest. poll(2) outside Linux has no half-close flag (`POLLRDHUP`): there a
+    /// half-close is only readable, and the read returns EOF.
     #[inline]
     pub fn is_read_closed(&self) -> bool {
         self.readiness.contains(Readiness::READ_CLOSED)
     }
 
-    /// Writing can no longer succeed: the connection is hung up both ways
-    /// (epoll `EPOLLHUP`, kqueue `EV_EOF` on `EVFILT_WRITE`, poll `POLLHUP`).
+    /// Writing can no longer succeed: the connection is hung up, reset or refused,
+    /// or a pipe's reader is gone (EPIPE). Only for an arming with a writable
+    /// interest.
     #[inline]
     pub fn is_write_closed(&self) -> bool {
         self.readiness.contains(Readiness::WRITE_CLOSED)
     }
 
     /// The descriptor has a pending error (epoll `EPOLLERR`, kqueue `EV_ERROR` or
-    /// `EV_EOF` with a non-zero `fflags`, poll `POLLERR`/`POLLNVAL`); the next I/O
-    /// call (or `getsockopt(SO_ERROR)`) says which. Also set when a change that rode
-    /// on a later `kevent` call was refused by the kernel.
+    /// `EV_EOF` with a non-zero `fflags`, poll `POLLERR`); the next I/O call (or
+    /// `getsockopt(SO_ERROR)`) says which. Reported whatever the interest. Also set
+    /// when a change that rode on a later `kevent` call was refused by the kernel.
     #[inline]
     pub fn is_error(&self) -> bool {
         self.readiness.contains(Readiness::ERROR)
@@ -140,6 +236,8 @@ impl fmt::Debug for Event {
 pub struct Events {
     list: Vec<Event>,
     cap: usize,
+    /// The last `deliver` consumed a notify.
+    notified: bool,
     /// Scratch for the backend's kernel events, checked against the table before
     /// they become `list` entries.
     pub(crate) raw: Vec<RawEvent>,
@@ -159,6 +257,7 @@ impl Events {
         Events {
             list: Vec::with_capacity(cap),
             cap,
+            notified: false,
             raw: Vec::with_capacity(cap),
         }
     }
@@ -175,10 +274,20 @@ impl Events {
         self.list.len()
     }
 
-    /// Whether the last `deliver` returned no event (a timeout or a notify).
+    /// Whether the last `deliver` returned no event (a timeout or a notify:
+    /// [`is_notified`](Events::is_notified) tells which).
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+
+    /// Whether the last `deliver` consumed a [`notify`](crate::Poller::notify). Each
+    /// notify is consumed by exactly one `deliver`; the call that consumes it
+    /// returns (with the events it fetched, possibly none). A `deliver` that returned
+    /// `Ok(0)` with this false timed out.
+    #[inline]
+    pub fn is_notified(&self) -> bool {
+        self.notified
     }
 
     /// The events from the last `deliver`, in the order the kernel reported them.
@@ -187,10 +296,17 @@ impl Events {
         self.list.iter()
     }
 
-    /// Forgets the events held (`deliver` does this itself first).
+    /// Forgets the events held and the notified mark (`deliver` does this itself
+    /// first).
     #[inline]
     pub fn clear(&mut self) {
         self.list.clear();
+        self.notified = false;
+    }
+
+    #[inline]
+    pub(crate) fn set_notified(&mut self) {
+        self.notified = true;
     }
 
     /// Room left in this call.

@@ -13,8 +13,10 @@
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //!
-//! All of them run one pure state machine, [`state`], so they behave the same. See
-//! [`Poller`] for the API and an example, and the crate README for the guarantees.
+//! All of them run one pure state machine (`src/state.rs`: the design's state table,
+//! one row per match arm), so they behave the same. See [`Poller`] for the API and
+//! an example, [`Event`] for what an event means on every backend, and the crate
+//! README for the guarantees.
 //!
 //! # The 1:1 path
 //!
@@ -23,9 +25,19 @@
 //! [`blocking::io_once`] tries the operation, waits with poll(2) only on
 //! `WouldBlock`, and retries.
 //!
+//! # Errors
+//!
+//! Errors the kernel returned keep their errno (`raw_os_error()`); pollshot's own
+//! (an unknown token, use in a forked child, the poller's own descriptor) carry a
+//! message. The table of which call returns which is in the crate's `src/error.rs`
+//! and in each method's `# Errors` section.
+//!
 //! # Cargo features and cfgs
 //!
 //! - `stats`: system call counters, `Poller::stats` (a [`Stats`] snapshot).
+//! - `model`: the pure state machine (`state`) and a reference model of the kernels
+//!   (`model`) as public modules, for fuzzing a runtime's use of pollshot (the
+//!   crate's own fuzz targets turn it on). Off by default.
 //! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an
@@ -41,30 +53,40 @@ mod error;
 mod event;
 mod fork;
 mod interest;
+// The kernel model is compiled only where it is used: with the feature, and in the
+// crate's own unit tests (the kqueue translator is checked against it).
+#[cfg(feature = "model")]
 pub mod model;
+#[cfg(all(test, not(feature = "model")))]
+#[allow(dead_code)]
+mod model;
 mod pipe;
 mod poller;
+#[cfg(feature = "model")]
 pub mod state;
+#[cfg(not(feature = "model"))]
+mod state;
 mod stats;
 mod table;
 mod token;
+mod wake;
 
-pub use backend::{Backend, RawEvent, Tag};
-pub use event::{Event, Events, Readiness};
+pub use backend::Backend;
+pub use event::{Event, Events};
 pub use interest::Interest;
 pub use poller::Poller;
-pub use stats::{Count, Counters, Stats};
+pub use stats::Stats;
 pub use token::Token;
 
-// One file per kernel interface, under backends/ at the crate root.
+// One file or folder per kernel interface, under backends/ at the crate root.
+#[path = "../backends/blocking.rs"]
+mod blocking_backend;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[path = "../backends/epoll.rs"]
 mod epoll_backend;
 // Compiled on every target: its translation to kevent records is pure and unit
 // tested everywhere; only its system-call part is gated on the kqueue targets.
-#[path = "../backends/blocking.rs"]
-mod blocking_backend;
-#[path = "../backends/kqueue.rs"]
+#[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one

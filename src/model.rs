@@ -31,7 +31,7 @@
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
 //! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
-//! the kqueue backend's own pure translator, `changes` in `backends/kqueue.rs`,
+//! the kqueue backend's own pure translator, `changes` in `backends/kqueue/changes.rs`,
 //! with its per-registration belief of what the kernel holds, submitted at once;
 //! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
@@ -71,12 +71,12 @@
 //! }
 //! ```
 
-use crate::backend::RawEvent;
-use crate::event::Readiness;
+pub use crate::backend::RawEvent;
+pub use crate::event::Readiness;
+use crate::interest::Interest;
 use crate::kqueue_backend::changes as kqc;
 use crate::state::{Kernel, KernelError};
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
-use crate::Interest;
 use std::collections::BTreeMap;
 use std::io;
 
@@ -400,7 +400,7 @@ pub struct Calls {
 
 /// What the kqueue backend believes the kernel holds for one registration, and
 /// which filters fired since its last command (its per-slot view in
-/// `backends/kqueue.rs`).
+/// `backends/kqueue/queue.rs`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Belief {
     knotes: kqc::Knotes,
@@ -479,30 +479,10 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     f
 }
 
-/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it.
-pub fn epoll_readiness(flags: u32) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if flags & (epoll::IN | epoll::PRI) != 0 {
-        r.insert(Readiness::READABLE);
-    }
-    if flags & epoll::OUT != 0 {
-        r.insert(Readiness::WRITABLE);
-    }
-    if flags & epoll::RDHUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
-    }
-    if flags & epoll::HUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if flags & epoll::ERR != 0 {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
+/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it (the same
+/// function: [`Readiness::from_epoll`]).
+pub const fn epoll_readiness(flags: u32) -> Readiness {
+    Readiness::from_epoll(flags)
 }
 
 /// `POLLRDHUP` as the poll(2) backend asks for it with a readable interest: on
@@ -513,33 +493,12 @@ const POLL_RDHUP: u32 = if cfg!(any(target_os = "linux", target_os = "android"))
     0
 };
 
-/// Readiness from poll(2)'s `revents` (epoll bit values; `nval` for `POLLNVAL`),
-/// as `backends/blocking.rs` decodes it.
-pub fn poll_readiness(revents: u32, nval: bool) -> Readiness {
-    let mut r = Readiness::EMPTY;
-    if revents & (epoll::IN | epoll::PRI) != 0 {
-        r.insert(Readiness::READABLE);
-    }
-    if revents & epoll::OUT != 0 {
-        r.insert(Readiness::WRITABLE);
-    }
-    // `POLL_RDHUP` is 0 off Linux: the test is then always false, by design.
-    #[allow(clippy::bad_bit_mask)]
-    if revents & POLL_RDHUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::READ_CLOSED));
-    }
-    if revents & epoll::HUP != 0 {
-        r.insert(Readiness::READABLE.union(Readiness::WRITABLE));
-        r.insert(Readiness::READ_CLOSED.union(Readiness::WRITE_CLOSED));
-    }
-    if revents & epoll::ERR != 0 || nval {
-        r.insert(
-            Readiness::ERROR
-                .union(Readiness::READABLE)
-                .union(Readiness::WRITABLE),
-        );
-    }
-    r
+/// Readiness from poll(2)'s `revents` in epoll bit values, as
+/// `backends/blocking.rs` decodes it (the same function:
+/// [`Readiness::from_epoll`]). `POLLNVAL` (a closed number) is no event: the backend
+/// drops the entry, as epoll drops a closed descriptor.
+pub const fn poll_readiness(revents: u32) -> Readiness {
+    Readiness::from_epoll(revents)
 }
 
 /// Readiness of one kqueue event: the filter's direction, `EV_EOF` as
@@ -912,7 +871,7 @@ impl Model {
     /// After a delivery that completed an arming of the registration on `fd` in
     /// `slot`, incarnation `incarnation`: kqueue disables its filters that did not
     /// fire, unless a command for it came after the event was read (then that
-    /// command decided), as `Backend::delivered` does in `backends/kqueue.rs`
+    /// command decided), as `Backend::delivered` does in `backends/kqueue/backend.rs`
     /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
         if self.semantics != Semantics::Kqueue {
@@ -1045,13 +1004,18 @@ impl Model {
                 }
             }
             Semantics::Poll => {
+                let mut closed = Vec::new();
                 for (&slot, e) in self.pollset.iter_mut() {
                     if out.len() >= max {
                         break;
                     }
                     let Some(interest) = e.armed else { continue };
                     let readiness = match self.fds.get(&e.fd) {
-                        None => poll_readiness(0, true),
+                        // POLLNVAL: the backend drops the entry, reports nothing.
+                        None => {
+                            closed.push(slot);
+                            continue;
+                        }
                         Some(desc) => {
                             let d = &self.descs[desc.0 as usize];
                             let mut asked = epoll::ERR | epoll::HUP;
@@ -1071,7 +1035,7 @@ impl Model {
                             if r == 0 {
                                 continue;
                             }
-                            poll_readiness(r, false)
+                            poll_readiness(r)
                         }
                     };
                     e.armed = None;
@@ -1084,6 +1048,9 @@ impl Model {
                         origin: e.origin,
                         filter: None,
                     });
+                }
+                for slot in closed {
+                    self.pollset.remove(&slot);
                 }
             }
         }
@@ -1157,7 +1124,7 @@ impl Model {
                     raw: RawEvent {
                         slot,
                         stamp: e.generation,
-                        readiness: poll_readiness(bits, false),
+                        readiness: poll_readiness(bits),
                     },
                     origin: e.origin,
                     filter: None,
@@ -1194,7 +1161,7 @@ impl Model {
 /// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
 /// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
 ///
-/// The kqueue column is the backend's translator (`backends/kqueue.rs`,
+/// The kqueue column is the backend's translator (`backends/kqueue/changes.rs`,
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
@@ -1222,7 +1189,7 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 
 impl RegKernel<'_> {
     /// The kqueue backend's command for this registration: translate from the
-    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue.rs`).
+    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue/command.rs`).
     fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
         use kqc::Action::{Add, Delete, Disable, Enable};
         let udata = pack_usize(self.slot, self.incarnation);
@@ -1514,17 +1481,23 @@ mod tests {
         let mut k = m.kernel(a, 0, 0, O);
         k.add(Interest::READABLE, 1).unwrap();
         m.close(a).unwrap();
-        let ev = m.wait(8);
-        assert_eq!(ev.len(), 1, "a closed number reports POLLNVAL");
-        assert!(ev[0].raw.readiness.contains(Readiness::ERROR));
+        assert!(
+            m.wait(8).is_empty(),
+            "a closed number (POLLNVAL) is dropped, not reported"
+        );
         let mut k = m.kernel(a, 0, 0, O);
+        assert!(matches!(
+            k.modify(Interest::READABLE, 2),
+            Err(KernelError::NotFound)
+        ));
         assert!(matches!(
             k.add(Interest::READABLE, 2),
             Err(KernelError::BadFd)
         ));
-        assert!(matches!(k.modify(Interest::READABLE, 2), Ok(())));
         let b = m.open(true);
         assert_eq!(a, b);
+        let mut k = m.kernel(b, 0, 0, O);
+        k.add(Interest::READABLE, 2).unwrap();
         let desc = m.description(b).unwrap();
         m.set_levels(desc, Levels::from_bits(1));
         assert_eq!(m.wait(8)[0].raw.stamp, 2);
@@ -1536,8 +1509,8 @@ mod tests {
         assert!(matches!(k.quiet(2), Err(KernelError::NotFound)));
         assert!(matches!(k.delete(), Err(KernelError::NotFound)));
         let log = m.take_commands();
-        assert_eq!(log.len(), 6);
-        assert_eq!(log[5].error, Some(Errno::NoEnt));
+        assert_eq!(log.len(), 7);
+        assert_eq!(log[6].error, Some(Errno::NoEnt));
     }
 
     #[test]

@@ -2,18 +2,19 @@
 
 use crate::backend::{Backend, RawEvent, Tag};
 use crate::error;
-use crate::event::{Event, Events};
+use crate::event::{Event, Events, Readiness};
 use crate::fork;
+use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
 use crate::table::{Entry, SlotGuard, Table};
-use crate::token::MAX_SLOTS;
-use crate::{Interest, Token};
+use crate::token::{Token, MAX_SLOTS};
+use crate::wake::Notifies;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
 /// life, and each wait costs one *arm*.
@@ -52,7 +53,7 @@ use std::time::Duration;
 /// let poller = Poller::new()?;
 /// let (mut a, mut b) = UnixStream::pair()?;
 /// b.set_nonblocking(true)?;
-/// let token = poller.register(&b)?;
+/// let token = poller.register(&b)?; // borrows: `b` stays yours, and open
 ///
 /// let mut buf = [0u8; 64];
 /// assert!(b.read(&mut buf).is_err()); // EWOULDBLOCK: now arm
@@ -78,6 +79,8 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     /// While synthetic events are pending, which source fills a deliver's buffer
     /// first alternates: true means the kernel's turn (see `deliver`).
     kernel_turn: AtomicBool,
+    /// Pending notifies and blocked waiters (`src/wake.rs`).
+    notifies: Notifies,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
 }
@@ -154,6 +157,7 @@ impl<B: Backend> Poller<B> {
             synthetic: Mutex::new(Vec::new()),
             synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
+            notifies: Notifies::new(),
             forks,
         })
     }
@@ -175,9 +179,20 @@ impl<B: Backend> Poller<B> {
     /// Adds `fd` to the table, not yet armed. No system call: the kernel learns of
     /// the descriptor at the first [`arm`](Self::arm).
     ///
-    /// The descriptor should stay open until [`deregister`](Self::deregister). If it
-    /// is closed first, the poller copes (see [`arm`](Self::arm) and
-    /// [`deregister`](Self::deregister)); if its number is then reused and
+    /// `fd` is borrowed for this call only: the descriptor stays the caller's, and
+    /// should stay open until [`deregister`](Self::deregister). Passing an owned
+    /// value does not compile, so a descriptor cannot be closed by the call that
+    /// registers it (its number would then name whatever reuses it):
+    ///
+    /// ```compile_fail
+    /// let poller = pollshot::Poller::new()?;
+    /// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+    /// poller.register(a)?; // error: expected a reference
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// If the descriptor is closed first, the poller copes (see [`arm`](Self::arm)
+    /// and [`deregister`](Self::deregister)); if its number is then reused and
     /// registered again, the new registration *supersedes* the old one: the old
     /// token stops naming a registration and its queued events are dropped as stale.
     /// Registering a number that is still open and registered does the same, so
@@ -190,7 +205,7 @@ impl<B: Backend> Poller<B> {
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - `ErrorKind::InvalidInput`: on 32-bit targets, a descriptor number of 2^20
     ///   or more (the kqueue tag keeps 20 bits of it; see [`Token`]).
-    pub fn register<F: AsFd>(&self, fd: F) -> io::Result<Token> {
+    pub fn register<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         self.insert(fd.as_fd().as_raw_fd())
     }
 
@@ -205,7 +220,7 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// Always `ErrorKind::Unsupported`, saying the above.
-    pub fn register_exclusive<F: AsFd>(&self, fd: F) -> io::Result<Token> {
+    pub fn register_exclusive<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         let _ = fd.as_fd();
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
@@ -275,17 +290,14 @@ impl<B: Backend> Poller<B> {
         let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
-        let fd = entry.fd;
         let result = entry.state.deregister(&mut FdKernel {
             backend: &self.backend,
-            fd,
+            fd: entry.fd,
             slot: entry.token.slot(),
             incarnation: entry.token.incarnation(),
         });
         slot.vacate();
-        result
-            .map(drop)
-            .map_err(|e| error::kernel("deregister", fd, e))
+        result.map(drop).map_err(error::kernel)
     }
 
     #[inline(always)]
@@ -353,7 +365,7 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        let queued = self.with_entry("arm", token, |fd, state, mut kernel| {
+        let queued = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
             self.count_fallbacks(fb);
             match armed {
@@ -362,12 +374,16 @@ impl<B: Backend> Poller<B> {
                     Ok(true)
                 }
                 Ok(_) => Ok(false),
-                Err(e) => Err(error::kernel("arm", fd, e)),
+                Err(e) => Err(error::kernel(e)),
             }
         })?;
-        if queued {
-            // A waiter blocked in the kernel would not see the synthetic event.
-            self.backend.notify()?;
+        if queued && self.notifies.waiters() > 0 {
+            // A waiter blocked in the kernel would not see the synthetic event. This
+            // wake-up is not a notify: the wait it ends finds none pending and goes on
+            // to take the synthetic event. With no waiter, the next deliver takes it
+            // (`queue_synthetic` published it before `waiters` was read; `deliver`
+            // counts itself before it reads the queue).
+            self.backend.wake()?;
         }
         Ok(())
     }
@@ -382,7 +398,7 @@ impl<B: Backend> Poller<B> {
             Some(entry) => entry.1 = generation,
             None => queue.push((slot, generation)),
         }
-        self.synthetic_pending.store(true, Ordering::Release);
+        self.synthetic_pending.store(true, Ordering::SeqCst);
     }
 
     /// Disarms the registration without removing it from the kernel: nothing is
@@ -402,11 +418,8 @@ impl<B: Backend> Poller<B> {
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
-        self.with_entry("disarm", token, |fd, state, mut kernel| {
-            state
-                .disarm(&mut kernel)
-                .map(drop)
-                .map_err(|e| error::kernel("disarm", fd, e))
+        self.with_entry("disarm", token, |_, state, mut kernel| {
+            state.disarm(&mut kernel).map(drop).map_err(error::kernel)
         })
     }
 
@@ -435,12 +448,24 @@ impl<B: Backend> Poller<B> {
     ///
     /// Each delivered event completes one arming and leaves its registration
     /// disarmed. Events for deregistered, disarmed or re-armed registrations (a stale
-    /// generation) are dropped, never delivered. While always-ready registrations
-    /// have synthetic events queued, they and the kernel's events take turns at
-    /// filling the buffer first, so that neither starves the other.
+    /// generation) are dropped, never delivered, and a wait that fetched only such
+    /// events goes on waiting for the time left: `deliver` does not return empty for
+    /// them. While always-ready registrations have synthetic events queued, they and
+    /// the kernel's events take turns at filling the buffer first, so that neither
+    /// starves the other.
+    ///
+    /// # Returns
+    /// - `Ok(n)` with `n >= 1`: `n` events (a [`notify`](Self::notify) may have been
+    ///   consumed too: [`Events::is_notified`]).
+    /// - `Ok(0)` with [`Events::is_notified`] true: a notify ended the wait.
+    /// - `Ok(0)` with [`Events::is_notified`] false: the timeout passed.
+    ///
+    /// `deliver(None)` never returns `Ok(0)` without a notify.
     ///
     /// # Timeouts
-    /// - `None` blocks until an event or a [`notify`](Self::notify).
+    /// The deadline is taken once, on entry; every wait inside the call (one per
+    /// kernel wake-up) waits only for the time left.
+    /// - `None` blocks until an event or a notify.
     /// - `Some(Duration::ZERO)` never blocks.
     /// - Anything else waits at least that long: epoll uses `epoll_pwait2(2)` (a
     ///   timespec, exact) for timeouts that are not whole milliseconds where the
@@ -449,68 +474,116 @@ impl<B: Backend> Poller<B> {
     ///   milliseconds rounded up elsewhere. A nonzero timeout is never
     ///   rounded to 0, and a huge one (`Duration::MAX`) is clamped, not refused.
     ///
-    /// Returns `Ok(0)` on a timeout, a notify, or when a signal interrupted the wait
-    /// (EINTR): the call returns instead of restarting, so the caller can look at
-    /// whatever the signal handler set. Call it again to keep waiting.
-    ///
     /// # Errors
-    /// `ErrorKind::Other` in a forked child before re-initialisation; the kernel's
-    /// error from the wait otherwise (EBADF, EFAULT, EINVAL: not expected).
+    /// - `ErrorKind::Interrupted` (EINTR): a signal arrived before any event. The
+    ///   call returns, so that the caller can look at what its signal handler set;
+    ///   call again to keep waiting, with the time the caller has left (as for
+    ///   `std::io::Read`, whose callers already loop on `Interrupted`). Events
+    ///   already taken are never dropped for a signal: they are returned as `Ok`.
+    /// - `ErrorKind::Other`: in a forked child before
+    ///   [`reinit_after_fork`](Self::reinit_after_fork).
+    /// - the kernel's error from the wait otherwise (EBADF, EFAULT, EINVAL: not
+    ///   expected), with its errno.
     #[inline(always)]
     pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         self.check_fork("deliver")?;
         events.clear();
-        let mut timeout = timeout;
-        // While synthetic events are pending, the synthetic queue and the kernel
-        // take turns at filling the buffer first: whichever went first could fill a
-        // small buffer on every call (an always-ready registration re-armed after
-        // each delivery) and starve the other.
-        let pending = self.synthetic_pending.load(Ordering::Acquire);
-        let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
-        if pending && !kernel_first {
-            self.take_synthetic(events);
-            if !events.is_empty() {
-                timeout = Some(Duration::ZERO);
+        let deadline = Deadline::new(timeout);
+        loop {
+            let left = deadline.left();
+            // Counted as a waiter before looking at the synthetic queue: an arm
+            // that queues a synthetic event after this load sees the waiter and
+            // wakes the kernel (`arm`; both sides `SeqCst`), so a synthetic event
+            // never waits behind a blocked wait.
+            let _waiting = (left != Some(Duration::ZERO)).then(|| self.notifies.waiting());
+            // While synthetic events are pending, the synthetic queue and the kernel
+            // take turns at filling the buffer first: whichever went first could
+            // fill a small buffer on every call (an always-ready registration
+            // re-armed after each delivery) and starve the other.
+            let pending = self.synthetic_pending.load(Ordering::SeqCst);
+            let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
+            if pending && !kernel_first {
+                self.take_synthetic(events);
+                if events.remaining() == 0 {
+                    return Ok(events.len());
+                }
             }
-        }
-        if events.remaining() == 0 {
-            return Ok(events.len());
-        }
-        let mut waited = self.wait_kernel(
-            events,
-            if kernel_first {
+            // Block only if nothing is in hand yet and the synthetic queue has had
+            // its turn.
+            let wait_for = if kernel_first || !events.is_empty() {
                 Some(Duration::ZERO)
             } else {
-                timeout
-            },
-        );
-        if kernel_first {
-            self.take_synthetic(events);
-            // Nothing current in either (the queued entries were stale): wait as
-            // asked.
-            if events.is_empty() && waited.is_ok() && timeout != Some(Duration::ZERO) {
-                waited = self.wait_kernel(events, timeout);
+                left
+            };
+            let waited = self.wait_kernel(events, wait_for);
+            if kernel_first {
+                self.take_synthetic(events);
             }
-        }
-        match waited {
-            Ok(()) => Ok(events.len()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(events.len()),
-            Err(e) => Err(e),
+            let fetched = match waited {
+                Ok(fetched) => fetched,
+                // EINTR: nothing was fetched by this wait; events in hand are
+                // returned, never dropped.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    if events.is_empty() && !events.is_notified() {
+                        return Err(e);
+                    }
+                    return Ok(events.len());
+                }
+                Err(e) => return Err(e),
+            };
+            if !events.is_empty() || events.is_notified() {
+                return Ok(events.len());
+            }
+            if left == Some(Duration::ZERO) {
+                return Ok(0);
+            }
+            if wait_for == Some(Duration::ZERO) {
+                // Only the synthetic queue's stale entries and a peek at the
+                // kernel: now wait as asked.
+                continue;
+            }
+            if fetched == Fetched::Nothing {
+                // The kernel wait returned with no event and no wake-up: the
+                // timeout passed.
+                return Ok(0);
+            }
+            // Only stale events, or a wake-up that was not a notify (a synthetic
+            // event another deliver took, a merged wake-up): wait for the time left.
         }
     }
 
     /// One backend wait for at most the room left in `events`; current events are
-    /// appended.
+    /// appended, and a kernel wake-up is checked against the pending notifies.
     #[inline(always)]
-    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
+    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
         let mut raw = std::mem::take(&mut events.raw);
         raw.clear();
         let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
         if !raw.is_empty() {
             self.accept(&raw, events);
         }
+        let fetched = if raw.is_empty() {
+            Fetched::Nothing
+        } else {
+            Fetched::Events
+        };
         events.raw = raw;
-        waited
+        let woken = waited?;
+        if woken {
+            let w = self.notifies.woken();
+            if w.notified {
+                events.set_notified();
+            }
+            if w.pass_on {
+                // More notifies are pending: wake the kernel again, so that the next
+                // waiter gets the next one. The waker's write fails only on misuse
+                // of its descriptor (EBADF); then the notifies stay pending, and are
+                // not reported to this caller, which got what it asked for.
+                let _ = self.backend.wake();
+            }
+            return Ok(Fetched::Woken);
+        }
+        Ok(fetched)
     }
 
     /// Checks kernel events against the table; current ones are delivered.
@@ -548,7 +621,7 @@ impl<B: Backend> Poller<B> {
                     self.backend.delivered(fd, t, interest, ev.readiness);
                     events.push(Event {
                         token,
-                        readiness: ev.readiness,
+                        readiness: ev.readiness.for_interest(interest),
                     });
                 }
                 // kqueue: the other filter of a registration delivered in this
@@ -596,18 +669,29 @@ impl<B: Backend> Poller<B> {
         }
     }
 
-    /// Wakes one thread blocked in [`deliver`](Self::deliver) (it returns `Ok` with
-    /// whatever events it has, possibly none), or, if none is blocked, makes the next
-    /// `deliver` return at once. Notifies that arrive before a `deliver` consumes
-    /// them coalesce into one wake-up. Cost: one write to the waker (eventfd(2),
-    /// `EVFILT_USER`, a pipe), none when a notify is already pending.
+    /// Ends one [`deliver`](Self::deliver) call: one that is blocked now (it returns
+    /// with whatever events it has, possibly none, and
+    /// [`Events::is_notified`] true), or, if none is blocked, the next one, which
+    /// then returns at once.
+    ///
+    /// - One notify ends exactly one deliver, even with several threads blocked.
+    /// - `k` notifies with `k` or more threads blocked end `k` distinct delivers (to
+    ///   stop `k` workers, notify `k` times).
+    /// - Notifies coalesce only beyond the number of blocked delivers: while as
+    ///   many are pending as there are threads blocked (at least one), another
+    ///   notify changes nothing.
+    ///
+    /// Cost: one write to the waker (eventfd(2), `EVFILT_USER` trigger, a pipe), and
+    /// none for a notify that coalesces; a waiter that takes a notify while more are
+    /// pending writes once more for the next waiter.
     ///
     /// # Errors
     /// `ErrorKind::Other` in a forked child before re-initialisation; the kernel's
-    /// error from the write otherwise (not expected).
+    /// error from the write otherwise (not expected), with its errno; that notify
+    /// is then not pending.
     pub fn notify(&self) -> io::Result<()> {
         self.check_fork("notify")?;
-        self.backend.notify()
+        self.notifies.notify(|| self.backend.wake())
     }
 
     /// Makes a poller inherited across `fork(2)` usable in the child: a new kernel
@@ -655,7 +739,7 @@ impl<B: Backend> Poller<B> {
                 Ok(Armed::Synthetic) => synthetic.push((entry.token.slot(), state.generation())),
                 // Closed in the child: left unarmed (fresh), reported at its next arm.
                 Ok(_) | Err(KernelError::BadFd) => {}
-                Err(e) => return Err(error::kernel("reinit_after_fork", entry.fd, e)),
+                Err(e) => return Err(error::kernel(e)),
             }
             Ok(())
         })?;
@@ -666,6 +750,7 @@ impl<B: Backend> Poller<B> {
         queue.clear();
         queue.extend(synthetic);
         *self.synthetic_pending.get_mut() = !queue.is_empty();
+        self.notifies.reset();
         self.forks = now;
         Ok(())
     }
@@ -682,8 +767,66 @@ impl<B: Backend> Poller<B> {
 
     /// A snapshot of the system call counters (cargo feature `stats`).
     #[cfg(feature = "stats")]
-    pub fn stats(&self) -> crate::Stats {
+    pub fn stats(&self) -> crate::stats::Stats {
         self.backend.counters().snapshot()
+    }
+
+    /// How many threads are inside [`deliver`](Self::deliver) with a timeout other
+    /// than zero right now (cargo feature `stats`): the waiters that
+    /// [`notify`](Self::notify) counts. A snapshot, for tests and diagnostics: a
+    /// thread is counted from just before it looks for events until its `deliver`
+    /// returns, blocked in the kernel or about to be.
+    #[cfg(feature = "stats")]
+    pub fn waiters(&self) -> usize {
+        self.notifies.waiters()
+    }
+}
+
+/// What one backend wait brought, for `deliver`'s decision to return or wait on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fetched {
+    /// No kernel event and no wake-up: the wait timed out.
+    Nothing,
+    /// Kernel events (current or stale), no wake-up.
+    Events,
+    /// The waker fired (a notify, or a wake-up of the poller's own).
+    Woken,
+}
+
+/// A `deliver` call's deadline, taken once on entry.
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    /// Block until an event or a notify.
+    Never,
+    /// Never block.
+    Now,
+    /// Wait until this instant.
+    At(Instant),
+    /// Too far to represent as an `Instant`: wait this long, again and again.
+    Far(Duration),
+}
+
+impl Deadline {
+    fn new(timeout: Option<Duration>) -> Deadline {
+        match timeout {
+            None => Deadline::Never,
+            Some(t) if t.is_zero() => Deadline::Now,
+            Some(t) => match Instant::now().checked_add(t) {
+                Some(at) => Deadline::At(at),
+                None => Deadline::Far(t),
+            },
+        }
+    }
+
+    /// The timeout for the next wait: the time left (zero once passed).
+    #[inline]
+    fn left(&self) -> Option<Duration> {
+        match *self {
+            Deadline::Never => None,
+            Deadline::Now => Some(Duration::ZERO),
+            Deadline::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            Deadline::Far(t) => Some(t),
+        }
     }
 }
 
@@ -694,8 +837,7 @@ fn stamp_of(token: Token) -> u32 {
 }
 
 /// What a synthetic event for an always-ready descriptor reports: the interest.
-fn synthetic_readiness(interest: Interest) -> crate::event::Readiness {
-    use crate::event::Readiness;
+fn synthetic_readiness(interest: Interest) -> Readiness {
     let mut r = Readiness::EMPTY;
     if interest.is_readable() {
         r.insert(Readiness::READABLE);

@@ -29,7 +29,7 @@
 //! its table slot's lock and holds it across the kernel command), so after every completed
 //! operation the kernel's view equals the table's.
 
-use crate::Interest;
+use crate::interest::Interest;
 use std::io;
 
 /// The kernel's answer to a command, classified by what the state machine does next.
@@ -135,6 +135,7 @@ impl RegState {
     }
 
     /// The phase.
+    #[cfg_attr(not(feature = "model"), allow(dead_code))]
     pub fn phase(&self) -> Phase {
         self.phase
     }
@@ -145,6 +146,7 @@ impl RegState {
     }
 
     /// Whether the kernel refused to poll the descriptor (reported always ready).
+    #[cfg_attr(not(feature = "model"), allow(dead_code))]
     pub fn is_always_ready(&self) -> bool {
         self.always_ready
     }

@@ -59,9 +59,10 @@
 //! opened one after the other (the two ends of a socketpair, a burst of accepted
 //! connections handed to different threads) therefore never share a written line.
 
+use crate::interest::Interest;
 use crate::state::{Phase, RegState};
+use crate::token::Token;
 use crate::token::MAX_SLOTS;
-use crate::{Interest, Token};
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::RawFd;

@@ -1,7 +1,7 @@
 //! The kqueue backend's own contract on real descriptors: where its change records
 //! travel (riding on the next wait, or submitted at once while another thread is
 //! blocked), what a refused batched arm becomes, and one delivery disarming both
-//! filters. The translator itself is unit-tested in `backends/kqueue.rs` on every
+//! filters. The translator itself is unit-tested in `backends/kqueue/changes_tests.rs` on every
 //! target; the shared suite is `tests/kqueue.rs`.
 //!
 //! Runs on the BSDs and Apple, and on Linux with `--cfg pollshot_libkqueue` against

@@ -1,6 +1,6 @@
 //! The `kqueue_changes` harness: the kqueue backend's pure translator
 //! (`changes::translate`, `changes::readd`, `changes::after_delivery` in
-//! `backends/kqueue.rs`), as the kernel model drives it, fed arbitrary
+//! `backends/kqueue/changes.rs`), as the kernel model drives it, fed arbitrary
 //! state-machine commands (add, modify, quiet, delete, in any order, legal or
 //! not) for one registration per descriptor number, between descriptor churn
 //! (open, dup, close, number reuse), waits and delivery hooks.

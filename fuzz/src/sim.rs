@@ -34,8 +34,9 @@
 use pollshot::model::{
     Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, Semantics,
 };
+use pollshot::model::{RawEvent, Readiness};
 use pollshot::state::{Armed, Fallbacks, KernelError, Phase, RegState};
-use pollshot::{Interest, RawEvent, Readiness};
+use pollshot::Interest;
 
 /// Simulated threads.
 pub const THREADS: usize = 3;
@@ -570,8 +571,8 @@ impl Sim {
                     None => self.synthetic.push(flight),
                 }
                 self.synthetic_queued += 1;
-                // Poller::arm notifies so that a blocked waiter sees the event.
-                self.model.notify();
+                // Poller::arm wakes the kernel only for a blocked waiter, and the
+                // simulated threads' waits never block: no wake-up here.
                 Ok(())
             }
             Err(e) => {
@@ -803,7 +804,7 @@ impl Sim {
                     out.push(Delivery {
                         owner,
                         arming,
-                        readiness: f.ev.raw.readiness,
+                        readiness: f.ev.raw.readiness.for_interest(interest),
                     });
                 }
                 None => match out.iter_mut().find(|d| d.owner == owner) {
@@ -936,7 +937,7 @@ impl Sim {
             let view = self.model.view(entry.fd, slot as u32);
             let ok = match phase {
                 Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
-                // kqueue (`backends/kqueue.rs`, `delivered`): when a disarm and
+                // kqueue (`backends/kqueue/backend.rs`, `delivered`): when a disarm and
                 // re-arm came between the read of an event and its acceptance, the
                 // accepted event completes the new arming (udata cannot tell armings
                 // apart), and the backend leaves the re-armed knotes enabled ("that

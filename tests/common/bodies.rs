@@ -28,7 +28,7 @@ fn model<B: Backend, G>(
     check: impl Fn(&Event),
 ) -> G {
     let p = poller::<B>();
-    let t = p.register(fd).unwrap();
+    let t = p.register(&fd).unwrap();
     p.arm(t, interest).unwrap();
     if !always_ready {
         assert_no_events(&p, 2, Duration::from_millis(10));
@@ -344,8 +344,11 @@ pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
     });
     assert_eq!(n, 0);
     assert_eq!(s.wakes, 1, "{s:?}");
-    if B::NAME == "epoll" || B::NAME == "blocking" {
-        // One eventfd read / one pipe read that comes back short.
+    if B::NAME == "epoll" {
+        // The eventfd is edge-triggered: a wake-up needs no drain.
+        assert_eq!(s.wake_reads, 0, "{s:?}");
+    } else if B::NAME == "blocking" {
+        // One pipe read that comes back short.
         assert_eq!(s.wake_reads, 1, "{s:?}");
     }
 }
@@ -650,9 +653,9 @@ pub fn bad_negative_fd<B: Backend>() {
     assert!(p.is_empty());
 }
 
-/// Arming a registration whose descriptor was closed (never armed) is
-/// `InvalidInput`, and leaves the registration as it was: once the number names a
-/// descriptor again, arming works.
+/// Arming a registration whose descriptor was closed (never armed) fails with the
+/// kernel's EBADF (`raw_os_error`), and leaves the registration as it was: once the
+/// number names a descriptor again, arming works.
 pub fn bad_closed_fd<B: Backend>() {
     const MIN_FD: RawFd = 3000; // this test's own range, see `high_dup`
     let p = poller::<B>();
@@ -662,11 +665,7 @@ pub fn bad_closed_fd<B: Backend>() {
     let t = p.register(&fd).unwrap();
     drop(fd);
     for interest in Interest::ALL {
-        assert_eq!(
-            err_kind(p.arm(t, interest)),
-            io::ErrorKind::InvalidInput,
-            "{interest:?}"
-        );
+        assert_eq!(err_errno(p.arm(t, interest)), libc::EBADF, "{interest:?}");
     }
     assert_eq!(p.len(), 1, "the registration stays");
     p.disarm(t).unwrap(); // never armed: nothing to do

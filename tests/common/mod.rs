@@ -15,6 +15,7 @@
 
 pub mod bodies;
 pub mod cases;
+pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
 use std::fs::{File, OpenOptions};
@@ -100,6 +101,27 @@ macro_rules! suite {
             case_p15_timeout_999us,
             case_p15_timeout_1500us,
             case_p15_timeout_max_until_notify,
+        ]);
+        suite!(@tests $backend, wakeups, [
+            #[cfg(feature = "stats")]
+            wake_stale_only_wait_keeps_waiting_until_the_deadline,
+            #[cfg(feature = "stats")]
+            wake_stale_only_deliver_none_returns_only_for_a_notify,
+            #[cfg(feature = "stats")]
+            wake_dup_outliving_close_stale_events_keep_waiting,
+            wake_signal_is_interrupted_never_an_early_ok,
+            #[cfg(feature = "stats")]
+            wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
+            #[cfg(feature = "stats")]
+            wake_4_notifies_end_4_blocked_delivers,
+            #[cfg(feature = "stats")]
+            wake_notify_storm_without_waiters_costs_one_write,
+            wake_fair_64_ready_capacity_8_all_served_within_8_delivers,
+            meaning_pipe_writer_whose_reader_closed_is_write_closed,
+            meaning_half_close_is_read_closed_only,
+            meaning_refused_connect_is_writable_write_closed_error,
+            meaning_reset_is_error_and_both_closed,
+            meaning_own_shutdown_with_readable_interest_is_read_closed,
         ]);
     };
     (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
@@ -215,6 +237,17 @@ pub fn err_kind<T: std::fmt::Debug>(r: io::Result<T>) -> io::ErrorKind {
     match r {
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
         Err(e) => e.kind(),
+    }
+}
+
+/// The errno of a failed call: kernel errors keep theirs (`raw_os_error`). Panics
+/// on `Ok` or on an error without one (one of pollshot's own).
+pub fn err_errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("expected a kernel error with an errno, got {e:?}")),
     }
 }
 

@@ -1,0 +1,536 @@
+//! The backend, `Kqueue`: the kqueue, the wait, the waker, and the [`Backend`]
+//! contract. Every `kevent` call the backend makes is here, through
+//! [`sys::call`]: the waker's registration ([`Kqueue::create`]) and trigger
+//! ([`Kqueue::wake`]), change-only submissions ([`Kqueue::submit_now`]), and the
+//! wait that carries the queued changes ([`Backend::wait`]). What a command does
+//! with the kernel's answers is `command.rs`; where its records travel, `queue.rs`.
+
+use super::changes::{self, Action, Command, Filters};
+use super::queue::{Record, Shared, NO_RECORD};
+use super::sys::{self, KEvent, Kind};
+use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::error::classify;
+use crate::event::Readiness;
+use crate::interest::Interest;
+use crate::pipe;
+use crate::state::KernelError;
+use crate::stats::{Count, Counters};
+use crate::token::{incarnation_in_usize, pack_usize, unpack_usize};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::collections::VecDeque;
+use std::io;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Kernel events read per wait (a stack buffer: a wait never allocates).
+const BATCH: usize = 256;
+/// Queued changes one waiting call carries; the rest ride on the next call.
+const CARRY: usize = 64;
+/// Records per change-only call (a stack buffer); longer lists go in chunks.
+const CHUNK: usize = 8;
+
+enum Waker {
+    /// An `EVFILT_USER` knote, ident 0.
+    User,
+    /// A pipe whose read end is registered level-triggered.
+    Pipe { read: OwnedFd, write: OwnedFd },
+}
+
+/// The kqueue backend. See the module docs for the commands it issues.
+pub struct Kqueue {
+    /// `ManuallyDrop`: in a forked child the number is not ours to close.
+    kq: ManuallyDrop<OwnedFd>,
+    waker: Waker,
+    shared: Mutex<Shared>,
+    /// A [`Driver::wake`] no wait has taken yet: the wait that takes it returns.
+    user_woken: AtomicBool,
+    /// A wake-up (trigger or pipe byte) is outstanding: further ones coalesce.
+    woken: AtomicBool,
+    /// Dropped in a forked child without re-initialising: leave `kq` alone.
+    forsaken: bool,
+    pub(super) counters: Counters,
+}
+
+impl std::fmt::Debug for Kqueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kqueue")
+            .field("kq", &self.kq.as_raw_fd())
+            .field("user_waker", &matches!(self.waker, Waker::User))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for Kqueue {}
+
+/// Borrows a descriptor number for fstat(2).
+fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: the number is only passed to fstat(2), which answers EBADF for a
+    // closed one; it is never closed or used for I/O here.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// The `io::Error` of a kernel errno.
+pub(super) fn os(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
+}
+
+/// The initialised prefix of a kevent buffer.
+///
+/// # Safety
+/// The first `n` entries of `buf` are initialised.
+unsafe fn init(buf: &[MaybeUninit<KEvent>], n: usize) -> &[KEvent] {
+    debug_assert!(n <= buf.len());
+    // SAFETY: the caller promises the first `n` entries are initialised, and
+    // MaybeUninit<KEvent> has the layout of KEvent.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<KEvent>(), n) }
+}
+
+impl Kqueue {
+    pub(super) fn shared(&self) -> MutexGuard<'_, Shared> {
+        // Every update under this lock completes before it is released: a panic
+        // elsewhere leaves nothing half-done.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn kq(&self) -> RawFd {
+        self.kq.as_raw_fd()
+    }
+
+    /// A new kqueue and its waker.
+    fn create() -> io::Result<(OwnedFd, Waker)> {
+        let kq = sys::new_kqueue()?;
+        let (waker, reg) = if sys::USER_WAKER {
+            (Waker::User, sys::user_waker(false))
+        } else {
+            let (read, write) = pipe::nonblocking_pipe()?;
+            let reg = sys::pipe_waker(read.as_raw_fd());
+            (Waker::Pipe { read, write }, reg)
+        };
+        let mut out = [MaybeUninit::<KEvent>::uninit(); 1];
+        let n = sys::call(kq.as_raw_fd(), &[reg], &mut out, Some(Duration::ZERO))?;
+        // SAFETY: the kernel wrote the first `n` entries.
+        if let Some(receipt) = unsafe { init(&out, n) }.first() {
+            let errno = sys::errno(receipt);
+            if errno != 0 {
+                return Err(os(errno));
+            }
+        }
+        Ok((kq, waker))
+    }
+
+    /// Submits `batch` (held in `inflight` by the caller) in change-only calls
+    /// with `EV_RECEIPT` and an event list as long as the change list, then
+    /// releases it. Calls `answer(index, errno)` for every record (0: done).
+    pub(super) fn submit_now(&self, batch: &[Record], mut answer: impl FnMut(usize, i32)) {
+        for (c, chunk) in batch.chunks(CHUNK).enumerate() {
+            let mut list = [MaybeUninit::<KEvent>::uninit(); CHUNK];
+            for (slot, r) in list.iter_mut().zip(chunk) {
+                slot.write(sys::record(&r.change, changes::EV_RECEIPT));
+            }
+            // SAFETY: the first `chunk.len()` entries were written just above.
+            let list = unsafe { init(&list, chunk.len()) };
+            let mut out = [MaybeUninit::<KEvent>::uninit(); CHUNK];
+            self.counters.one(Count::CtlCall);
+            let mut errnos = [None; CHUNK];
+            match sys::call(
+                self.kq(),
+                list,
+                &mut out[..chunk.len()],
+                Some(Duration::ZERO),
+            ) {
+                // SAFETY: the kernel wrote the first `n` entries.
+                Ok(n) => pair(chunk, unsafe { init(&out, n) }, |i, e| errnos[i] = Some(e)),
+                Err(e) => errnos = [Some(e.raw_os_error().unwrap_or(libc::EIO)); CHUNK],
+            }
+            for (i, e) in errnos.iter().take(chunk.len()).enumerate() {
+                // With a receipt per record, a record left unanswered means the
+                // call stopped early: it is not known to be done.
+                answer(c * CHUNK + i, e.unwrap_or(libc::EIO));
+            }
+        }
+        let mut sh = self.shared();
+        for r in batch {
+            sh.release(r);
+        }
+    }
+
+    /// Makes a blocked (or the next) `kevent` return: trigger the user event or
+    /// write the pipe, unless a wake-up is already outstanding.
+    pub(super) fn kick(&self) -> io::Result<()> {
+        if self.woken.swap(true, SeqCst) {
+            return Ok(());
+        }
+        self.counters.one(Count::Wake);
+        let r = match &self.waker {
+            Waker::User => {
+                let mut none: [MaybeUninit<KEvent>; 0] = [];
+                sys::call(self.kq(), &[sys::user_waker(true)], &mut none, None).map(drop)
+            }
+            Waker::Pipe { write, .. } => pipe::wake(write),
+        };
+        if r.is_err() {
+            self.woken.store(false, SeqCst);
+        }
+        r
+    }
+
+    fn is_pipe_waker(&self, e: &KEvent) -> bool {
+        match &self.waker {
+            Waker::Pipe { read, .. } => sys::ident(e) == read.as_raw_fd() as usize,
+            Waker::User => false,
+        }
+    }
+}
+
+/// Pairs the `EV_ERROR` entries among `entries` with the records they answer.
+/// The kernel answers records in order, so each entry goes to the first
+/// unanswered record from the previous match on with the same ident, filter and
+/// udata (searching from the start if none follows). Calls `answer(index, errno)`.
+fn pair(records: &[Record], entries: &[KEvent], mut answer: impl FnMut(usize, i32)) {
+    if !entries
+        .iter()
+        .any(|e| sys::flags(e) & changes::EV_ERROR != 0)
+    {
+        return;
+    }
+    let mut answered = vec![false; records.len()];
+    let mut cursor = 0;
+    for e in entries {
+        if sys::flags(e) & changes::EV_ERROR == 0 {
+            continue;
+        }
+        let Kind::Fd(filter) = sys::kind(e) else {
+            continue;
+        };
+        let is = |r: &Record| {
+            r.change.fd as usize == sys::ident(e)
+                && r.change.filter == filter
+                && r.change.udata == sys::udata(e)
+        };
+        let found = (cursor..records.len())
+            .chain(0..cursor)
+            .find(|&i| !answered[i] && is(&records[i]));
+        if let Some(i) = found {
+            answered[i] = true;
+            cursor = i + 1;
+            answer(i, sys::errno(e));
+        }
+    }
+}
+
+impl Driver for Kqueue {
+    const NAME: &'static str = "kqueue";
+    const TAG_IS_GENERATION: bool = false;
+    const SPLIT_FILTERS: bool = true;
+
+    fn new() -> io::Result<Kqueue> {
+        let (kq, waker) = Kqueue::create()?;
+        Ok(Kqueue {
+            kq: ManuallyDrop::new(kq),
+            waker,
+            shared: Mutex::new(Shared::default()),
+            user_woken: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            forsaken: false,
+            counters: Counters::default(),
+        })
+    }
+
+    /// `EV_ADD | EV_DISPATCH` per filter, submitted at once. A regular file is
+    /// reported always ready (one fstat(2) tells), as on epoll: kqueue would
+    /// never report a file at its end as readable.
+    fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        match rustix::fs::fstat(fd_ref(fd)) {
+            Ok(st)
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::RegularFile =>
+            {
+                return Err(KernelError::NotPollable);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(classify(e.into(), &[])),
+        }
+        self.command(fd, tag, Command::Add(interest))
+    }
+
+    fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        self.command(fd, tag, Command::Modify(interest))
+    }
+
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.command(fd, tag, Command::Quiet)
+    }
+
+    fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.command(fd, tag, Command::Delete)
+    }
+
+    /// Disables the filters that did not fire, unless a command for the
+    /// registration came after the event was read (then that command decided).
+    fn delivered(&self, fd: RawFd, tag: Tag, _interest: Interest, _readiness: Readiness) {
+        let udata = pack_usize(tag.slot, tag.incarnation);
+        let own = {
+            let mut sh = self.shared();
+            let Some(view) = sh.views.get_mut(&tag.slot) else {
+                return;
+            };
+            if view.incarnation != tag.incarnation || view.fired_at != Some(view.seq) {
+                return;
+            }
+            let plan = changes::after_delivery(fd, udata, view.knotes, view.fired);
+            view.knotes = plan.after;
+            if plan.is_empty() {
+                return;
+            }
+            view.seq = view.seq.wrapping_add(1);
+            let seq = view.seq;
+            self.count(Count::Quiet, &plan);
+            plan.changes()
+                .map(|change| Record {
+                    change,
+                    slot: tag.slot,
+                    seq,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut events = Vec::new();
+        self.submit_detached(own, &mut events);
+        self.defer(events);
+    }
+
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let max = max.max(1);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut remaining = timeout;
+        loop {
+            // Enter: take the queue (it rides on this call) and count as a waiter.
+            // A record whose descriptor is in another thread's call stays queued
+            // (it must reach the kernel after that call's records).
+            let mut carried = [NO_RECORD; CARRY];
+            let mut ncarried = 0;
+            {
+                let mut sh = self.shared();
+                sh.take_deferred(out, max.saturating_sub(out.len()));
+                if out.len() >= max {
+                    return Ok(false);
+                }
+                let mut skipped = VecDeque::new();
+                while ncarried < CARRY {
+                    let Some(r) = sh.pending.pop_front() else {
+                        break;
+                    };
+                    let fd = r.change.fd;
+                    // Records of one descriptor keep their order: once one is
+                    // skipped, so are the ones after it.
+                    if !sh.clear_to_go(&r) || skipped.iter().any(|s: &Record| s.change.fd == fd) {
+                        skipped.push_back(r);
+                        continue;
+                    }
+                    carried[ncarried] = r;
+                    ncarried += 1;
+                }
+                while let Some(r) = skipped.pop_back() {
+                    sh.pending.push_front(r);
+                }
+                for r in &carried[..ncarried] {
+                    sh.hold(r);
+                }
+                sh.waiters += 1;
+            }
+            let carried = &carried[..ncarried];
+            let mut list = [MaybeUninit::<KEvent>::uninit(); CARRY];
+            for (slot, r) in list.iter_mut().zip(carried) {
+                slot.write(sys::record(&r.change, 0));
+            }
+            // SAFETY: the first `ncarried` entries were written just above.
+            let list = unsafe { init(&list, ncarried) };
+            // Room for an error entry per carried record, then the events.
+            let room = (max - out.len()).min(BATCH);
+            let mut buf = [MaybeUninit::<KEvent>::uninit(); CARRY + BATCH];
+            let t = if out.is_empty() {
+                remaining
+            } else {
+                Some(Duration::ZERO)
+            };
+            self.counters.one(Count::Wait);
+            let result = sys::call(self.kq(), list, &mut buf[..ncarried + room], t);
+
+            // Leave: read what came back.
+            let n = *result.as_ref().unwrap_or(&0);
+            // SAFETY: the kernel wrote the first `n` entries.
+            let entries = unsafe { init(&buf, n) };
+            // libkqueue drops the answers of carried changes when nothing fires
+            // (see sys::WAIT_RETURNS_CHANGE_ERRORS): ask again with receipts.
+            let again = |r: &&Record| matches!(r.change.action, Action::Enable | Action::Disable);
+            let reverify =
+                !sys::WAIT_RETURNS_CHANGE_ERRORS && n == 0 && carried.iter().any(|r| again(&r));
+            let mut woke = false;
+            let mut readds = Vec::new();
+            let mut refused = Vec::new();
+            let wake_others;
+            {
+                let mut sh = self.shared();
+                sh.waiters -= 1;
+                for r in carried.iter().filter(|r| !reverify || !again(r)) {
+                    sh.release(r);
+                }
+                let mut errors = Vec::new();
+                pair(carried, entries, |i, errno| errors.push((i, errno)));
+                for (i, errno) in errors {
+                    self.settle(&mut sh, &carried[i], errno, &mut refused, &mut readds);
+                }
+                for e in entries {
+                    let flags = sys::flags(e);
+                    if flags & changes::EV_ERROR != 0 {
+                        continue;
+                    }
+                    let filter = match sys::kind(e) {
+                        Kind::User => {
+                            woke = true;
+                            continue;
+                        }
+                        Kind::Fd(_) if self.is_pipe_waker(e) => {
+                            woke = true;
+                            continue;
+                        }
+                        Kind::Fd(filter) => filter,
+                        Kind::Other => continue,
+                    };
+                    let (slot, stamp) = unpack_usize(sys::udata(e));
+                    if let Some(v) = sh.views.get_mut(&slot) {
+                        if incarnation_in_usize(v.incarnation) == stamp {
+                            if v.fired_at != Some(v.seq) {
+                                v.fired_at = Some(v.seq);
+                                v.fired = Filters::NONE;
+                            }
+                            v.fired = v.fired.with(filter);
+                        }
+                    }
+                    let ev = RawEvent {
+                        slot,
+                        stamp,
+                        readiness: changes::readiness(filter, flags, sys::fflags(e)),
+                    };
+                    // The kernel disabled the knote when it reported it: an event
+                    // this call has no room for is kept for the next wait.
+                    if out.len() < max {
+                        out.push(ev);
+                    } else {
+                        sh.deferred.push(ev);
+                    }
+                }
+                wake_others = (!sh.pending.is_empty() || !sh.deferred.is_empty()) && sh.waiters > 0;
+            }
+            if reverify {
+                // Still held in `inflight`, so nothing overtook them; repeating an
+                // enable or a disable is harmless.
+                let batch: Vec<Record> = carried.iter().filter(again).copied().collect();
+                let mut answers = Vec::new();
+                self.submit_now(&batch, |i, e| answers.push((i, e)));
+                let mut sh = self.shared();
+                for (i, errno) in answers {
+                    self.settle(&mut sh, &batch[i], errno, &mut refused, &mut readds);
+                }
+            }
+            if woke {
+                if let Waker::Pipe { read, .. } = &self.waker {
+                    self.counters.bump(Count::WakeRead, pipe::drain(read));
+                }
+                // Clear before reading `user_woken`: a notify that lands in between
+                // either sees `woken` clear and wakes again, or stored its flag
+                // before this read (all SeqCst).
+                self.woken.store(false, SeqCst);
+            }
+            let user = woke && self.user_woken.swap(false, SeqCst);
+            if !readds.is_empty() {
+                self.submit_detached(readds, &mut refused);
+            }
+            if !refused.is_empty() {
+                let room = max.saturating_sub(out.len()).min(refused.len());
+                out.extend(refused.drain(..room));
+                self.shared().deferred.append(&mut refused);
+            }
+            if wake_others {
+                // Changes queued behind this call's, or events it had no room
+                // for: a blocked waiter picks them up.
+                let _ = self.kick();
+            }
+            result?;
+            if !out.is_empty() || user || timeout == Some(Duration::ZERO) {
+                return Ok(user);
+            }
+            // Woken for queued changes, or only answers to changes came back:
+            // wait again for the time left.
+            remaining = match deadline {
+                None if timeout.is_some() => Some(Duration::MAX),
+                None => None,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    Some(d - now)
+                }
+            };
+        }
+    }
+
+    fn wake(&self) -> io::Result<()> {
+        self.user_woken.store(true, SeqCst);
+        self.kick()
+    }
+
+    fn reinit_after_fork(&mut self) -> io::Result<()> {
+        // The inherited kqueue number is not the child's (a kqueue is not
+        // inherited across fork): replace it without closing it (`ManuallyDrop`).
+        let (kq, waker) = Kqueue::create()?;
+        self.kq = ManuallyDrop::new(kq);
+        // A pipe waker is the child's own copy: dropping it closes only that.
+        self.waker = waker;
+        *self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = Shared::default();
+        *self.user_woken.get_mut() = false;
+        *self.woken.get_mut() = false;
+        self.forsaken = false;
+        Ok(())
+    }
+
+    fn abandon_after_fork(&mut self) {
+        self.forsaken = true;
+    }
+
+    fn owns_fd(&self, fd: RawFd) -> bool {
+        fd == self.kq.as_raw_fd()
+            || matches!(&self.waker, Waker::Pipe { read, write }
+                if fd == read.as_raw_fd() || fd == write.as_raw_fd())
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for Kqueue {
+    fn drop(&mut self) {
+        if !self.forsaken {
+            // SAFETY: dropped once, here, and never used afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.kq) };
+        }
+    }
+}
+
+impl AsFd for Kqueue {
+    /// The kqueue (to nest this poller in another).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.kq.as_fd()
+    }
+}

@@ -1,0 +1,109 @@
+//! The kqueue backend (FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS; on Linux
+//! against libkqueue with `--cfg pollshot_libkqueue`): `EV_DISPATCH` on every arm.
+//!
+//! The rooms, each with one job:
+//!
+//! - [`changes`] (`changes.rs`), compiled on every target: the pure translation
+//!   from the state machine's commands (add, modify, quiet, delete) to kevent change
+//!   records, and from returned kevents to [`Readiness`](crate::Readiness). It is
+//!   unit-tested on Linux (`changes_tests.rs`, row by row of the state table;
+//!   `parity_tests.rs`, against epoll through the kernel model) and used by the
+//!   kernel model.
+//! - the backend itself, `Kqueue`, compiled where a kqueue exists
+//!   (`cfg(pollshot_kqueue)`):
+//!   - `sys.rs`, the system interface: `struct kevent` and the FFI for libkqueue,
+//!     the flag values asserted against the target's headers, record builders, and
+//!     the one `kevent` wrapper (`sys::call`) and `kqueue` wrapper
+//!     (`sys::new_kqueue`);
+//!   - `backend.rs`, the [`Backend`](crate::backend::Backend) impl: the kqueue and
+//!     its waker, and every call of `sys::call` (the waker's registration and
+//!     trigger, change-only submissions, the wait that carries queued changes);
+//!   - `command.rs`, one command for one registration: translate, route, and act
+//!     on the kernel's answers;
+//!   - `queue.rs`, the bookkeeping under the backend's mutex: the change queue,
+//!     the records in calls that have not returned, the views of registrations,
+//!     and the routing rule (queue or submit now). No system call.
+//!
+//! # What the kernel is told
+//!
+//! One knote per filter: `EVFILT_READ` for readable, `EVFILT_WRITE` for writable.
+//!
+//! - first arm: `EV_ADD | EV_DISPATCH` for each filter in the interest; the other
+//!   filter is not added.
+//! - re-arm: `EV_ENABLE | EV_DISPATCH` for each filter in the interest (`EV_ADD` for a
+//!   filter never added), `EV_DISABLE | EV_DISPATCH` for an enabled filter outside it.
+//!   `EV_DISPATCH` stays on every change, or a re-arm could fire twice.
+//! - disarm: `EV_DISABLE | EV_DISPATCH` for each enabled filter.
+//! - deregister: `EV_DELETE` for each added filter; ENOENT and EBADF mean the
+//!   descriptor was closed and the kernel already dropped its knotes.
+//! - `udata` is `pack_usize(slot, incarnation)` (see `token.rs`), the same on every
+//!   change of one registration: kernels differ on whether `EV_ENABLE` rewrites it,
+//!   so the arming generation lives in the poller's table and an event is current
+//!   exactly when the table says armed.
+//! - one delivery disarms the whole registration (parity with `EPOLLONESHOT`): the
+//!   kernel disabled the filter that fired; [`Backend::delivered`](crate::backend::Backend::delivered) disables the other
+//!   one, a change that rides on the next `kevent` call.
+//!
+//! # Change batching
+//!
+//! `kevent` takes a change list with the wait. A change made while no thread is
+//! inside `kevent` is queued and rides on the next waiting call, so a re-arm costs no
+//! system call of its own. A change made while a thread is blocked in `kevent` is
+//! submitted at once (a change-only call with `EV_RECEIPT`), so no arm waits behind a
+//! blocked wait. Changes to one descriptor reach the kernel in the order they were
+//! made: a change for a descriptor whose earlier changes are still travelling with a
+//! blocked waiter is queued behind them and that waiter is woken to pick it up.
+//!
+//! Commands that add a knote (`EV_ADD`) are always submitted at once, so that the
+//! state machine gets the kernel's answer: EINVAL (a device kqueue cannot poll: the
+//! registration becomes always ready, scenario P09) or EBADF.
+//!
+//! A batched change that the kernel refuses comes back as an `EV_ERROR` entry in
+//! the event list (a BSD kernel then returns at once without waiting). ENOENT on
+//! `EV_ENABLE` (the descriptor was closed and its number reused) is resubmitted as
+//! `EV_ADD`; any other refusal of an arm becomes an error event for that
+//! registration ([`Readiness::ERROR`](crate::Readiness::ERROR)), so it is never lost.
+//!
+//! Every change-only call sets `EV_RECEIPT` on each record and passes an event list
+//! exactly as long as the change list, so the kernel answers every record (0 or an
+//! errno) and returns at once; a shorter event list would stop at the first failure
+//! and silently drop the rest.
+//!
+//! # Other details
+//!
+//! - Regular files: kqueue reports a file at end of file as never readable, unlike
+//!   epoll and poll(2). The first arm checks the type with one fstat(2) and reports a
+//!   regular file always ready (no knote), as the epoll backend does.
+//! - The waker is an `EVFILT_USER` knote triggered with `NOTE_TRIGGER` (FreeBSD,
+//!   DragonFly, Apple, libkqueue), a non-blocking pipe on OpenBSD and NetBSD (whose
+//!   `EVFILT_USER` is recent). Notifies coalesce until a wait consumes them.
+//! - Timeouts are a timespec, `tv_sec` clamped to 10^8 s (Darwin answers EINVAL to
+//!   very large values).
+//! - A kqueue is not inherited across fork(2): the child makes a new one and never
+//!   closes the inherited number, which it does not own.
+//! - The kqueue is close-on-exec (`kqueue1(O_CLOEXEC)` on NetBSD, else `FD_CLOEXEC`
+//!   right after kqueue(2)).
+
+#![cfg_attr(not(pollshot_kqueue), allow(dead_code))]
+
+// An interface for the backend, the kernel model and the tests; not every target
+// uses every item.
+#[allow(dead_code)]
+pub(crate) mod changes;
+
+#[cfg(pollshot_kqueue)]
+mod backend;
+#[cfg(pollshot_kqueue)]
+mod command;
+#[cfg(pollshot_kqueue)]
+mod queue;
+#[cfg(pollshot_kqueue)]
+mod sys;
+
+#[cfg(pollshot_kqueue)]
+pub use self::backend::Kqueue;
+
+#[cfg(test)]
+mod changes_tests;
+#[cfg(test)]
+mod parity_tests;

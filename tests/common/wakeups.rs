@@ -1,0 +1,520 @@
+//! Wake-ups a runtime can count on, and one meaning for an event (issue 8): each
+//! body runs on every backend through the `suite!` macro.
+//!
+//! - a wait that fetched only stale events keeps waiting (`deliver` never returns
+//!   empty for them), and costs one wait per kernel wake-up;
+//! - a signal is `Err(Interrupted)`, never a bare `Ok(0)` before the deadline;
+//! - one notify ends exactly one blocked deliver; `k` notifies end `k`; a storm
+//!   with no waiter costs one write;
+//! - with more ready than fits, every ready registration is served within
+//!   `ceil(N / capacity)` delivers;
+//! - the readiness flags mean the same on every backend (pipe, half-close, refused
+//!   connect, reset, own shutdown).
+//!
+//! Races are repeated [`TRIALS`] times in one process and every trial is asserted.
+
+use super::*;
+use pollshot::Interest;
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+/// Trials of each racy scenario.
+pub const TRIALS: usize = 20;
+
+/// Waits (without a deadline that decides anything) until `n` threads are counted
+/// as waiters in `p`'s `deliver`; panics after [`HANG_AFTER`].
+#[cfg(feature = "stats")]
+fn until_waiters<B: Backend>(p: &Poller<B>, n: usize) {
+    let start = Instant::now();
+    while p.waiters() < n {
+        assert!(
+            start.elapsed() < HANG_AFTER,
+            "{n} threads never reached deliver ({} did)",
+            p.waiters()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Issue 8.1: a disarmed socket whose peer hangs up fires once on epoll (the kernel
+/// adds `EPOLLHUP` to every registration) with a stale generation. A
+/// `deliver(300 ms)` that fetched only that event keeps waiting until its deadline:
+/// `Ok(0)`, not notified, not before 300 ms, and one wait per kernel wake-up.
+#[cfg(feature = "stats")]
+pub fn wake_stale_only_wait_keeps_waiting_until_the_deadline<B: Backend>() {
+    const T: Duration = Duration::from_millis(300);
+    let p = Arc::new(poller::<B>());
+    let (a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    p.disarm(t).unwrap();
+    let before = p.stats();
+    let waiter = {
+        let p = Arc::clone(&p);
+        thread::spawn(move || {
+            let mut events = Events::with_capacity(8);
+            let start = Instant::now();
+            let n = p.deliver(&mut events, Some(T)).expect("deliver");
+            (n, events.is_notified(), start.elapsed())
+        })
+    };
+    until_waiters(&p, 1);
+    drop(a); // the peer hangs up while the registration is disarmed
+    let (n, notified, elapsed) = waiter.join().unwrap();
+    let s = p.stats().since(&before);
+    assert_eq!(n, 0, "a stale event was delivered");
+    assert!(!notified, "nobody notified");
+    assert!(
+        elapsed >= T,
+        "deliver returned after {elapsed:?}, before {T:?}"
+    );
+    if B::NAME == "epoll" {
+        assert_eq!(
+            s.stale, 1,
+            "epoll reports the hang-up once (oneshot): {s:?}"
+        );
+    }
+    // Every wait but the last was ended by stale events: no spin.
+    assert!(
+        s.waits >= 1 && s.waits <= 1 + s.stale,
+        "{} waits for {} stale events: {s:?}",
+        s.waits,
+        s.stale
+    );
+    drop(b);
+}
+
+/// Issue 8.1: 20 disarmed sockets whose peers all hang up; `deliver(None)` returns
+/// only for the notify that comes afterwards (not once per stale event), and the
+/// stale events cost no more waits than there were kernel wake-ups.
+#[cfg(feature = "stats")]
+pub fn wake_stale_only_deliver_none_returns_only_for_a_notify<B: Backend>() {
+    let p = Arc::new(poller::<B>());
+    let mut peers = Vec::new();
+    let mut ends = Vec::new();
+    for _ in 0..20 {
+        let (a, b) = socketpair();
+        let t = p.register(&b).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        p.disarm(t).unwrap();
+        peers.push(a);
+        ends.push(b);
+    }
+    let before = p.stats();
+    let returned = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (p, returned) = (Arc::clone(&p), Arc::clone(&returned));
+        thread::spawn(move || {
+            let mut events = Events::with_capacity(64);
+            let n = p.deliver(&mut events, None).expect("deliver");
+            returned.store(true, Ordering::SeqCst);
+            (n, events.is_notified())
+        })
+    };
+    until_waiters(&p, 1);
+    drop(peers);
+    // Give the stale hang-ups time to reach the waiter; whatever the machine's
+    // speed, the waiter must still be blocked afterwards.
+    let start = Instant::now();
+    while B::NAME == "epoll" && p.stats().since(&before).stale < 20 {
+        assert!(start.elapsed() < LOST_AFTER, "the hang-ups never arrived");
+        thread::sleep(Duration::from_millis(1));
+    }
+    thread::sleep(Duration::from_millis(20));
+    assert!(
+        !returned.load(Ordering::SeqCst),
+        "deliver(None) returned without a notify"
+    );
+    p.notify().unwrap();
+    let (n, notified) = waiter.join().unwrap();
+    assert_eq!((n, notified), (0, true), "ended by the notify, no event");
+    let s = p.stats().since(&before);
+    assert!(s.waits <= 1 + s.stale, "{s:?}");
+    drop(ends);
+}
+
+/// Issue 8.1 (P02/P03 kind): a dup keeps a closed registration's description open
+/// and its number is taken by a new registration; the old description's events are
+/// stale, and a `deliver(300 ms)` on the new, idle registration keeps waiting.
+#[cfg(feature = "stats")]
+pub fn wake_dup_outliving_close_stale_events_keep_waiting<B: Backend>() {
+    const T: Duration = Duration::from_millis(300);
+    let p = Arc::new(poller::<B>());
+    let (mut a, b) = socketpair();
+    let held = b.try_clone().unwrap(); // the dup that outlives the close
+    let mut b: OwnedFd = b.into();
+    let old = p.register(&b).unwrap();
+    p.arm(old, Interest::READABLE).unwrap();
+    // Another socket takes the closed number (dup2 over it: the close and the
+    // reuse in one step) and is registered: it supersedes `old`.
+    let (_c, d) = socketpair();
+    reuse_number(&d, &mut b);
+    let new = p.register(&b).unwrap();
+    p.arm(new, Interest::READABLE).unwrap();
+    let before = p.stats();
+    let waiter = {
+        let p = Arc::clone(&p);
+        thread::spawn(move || {
+            let mut events = Events::with_capacity(8);
+            let start = Instant::now();
+            let n = p.deliver(&mut events, Some(T)).expect("deliver");
+            (n, events.is_notified(), start.elapsed())
+        })
+    };
+    until_waiters(&p, 1);
+    a.write_all(b"x").unwrap(); // readable through the dup only
+    let (n, notified, elapsed) = waiter.join().unwrap();
+    let s = p.stats().since(&before);
+    assert_eq!(n, 0, "the old description's event was delivered");
+    assert!(!notified);
+    assert!(elapsed >= T, "returned after {elapsed:?}");
+    assert!(s.waits >= 1 && s.waits <= 1 + s.stale, "{s:?}");
+    p.deregister(new).unwrap();
+    drop(held);
+}
+
+/// The handler for [`wake_signal_is_interrupted_never_an_early_ok`]: does nothing,
+/// and is installed without `SA_RESTART`, so a blocked wait fails with EINTR.
+extern "C" fn on_alarm(_: libc::c_int) {}
+
+/// Issue 8.2: SIGALRM every 5 ms (sent to the waiting thread only, handler without
+/// `SA_RESTART`): each `deliver(200 ms)` either says `Interrupted` or returns after
+/// at least 200 ms; never a bare `Ok(0)` before its deadline.
+pub fn wake_signal_is_interrupted_never_an_early_ok<B: Backend>() {
+    const T: Duration = Duration::from_millis(200);
+    // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C" fn(c_int)`
+    // that does nothing (async-signal-safe), installed without SA_RESTART.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
+        sa.sa_flags = 0;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()), 0);
+    }
+    let p = Arc::new(poller::<B>());
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    // The waiter stays alive until the signalling has stopped, so that every
+    // pthread_kill targets a live thread.
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let waiter = {
+        let (p, stop) = (Arc::clone(&p), Arc::clone(&stop));
+        thread::spawn(move || {
+            // SAFETY: pthread_self(3) has no preconditions.
+            tx.send(unsafe { libc::pthread_self() }).unwrap();
+            let mut events = Events::with_capacity(8);
+            let (mut interrupted, mut timed_out) = (0, 0);
+            while interrupted < 20 || timed_out < 1 {
+                let start = Instant::now();
+                match p.deliver(&mut events, Some(T)) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "{e}");
+                        interrupted += 1;
+                    }
+                    Ok(n) => {
+                        let elapsed = start.elapsed();
+                        assert_eq!(n, 0, "no event is due");
+                        assert!(!events.is_notified(), "nobody notified");
+                        assert!(
+                            elapsed >= T,
+                            "deliver({T:?}) returned Ok(0) after {elapsed:?} under signals"
+                        );
+                        timed_out += 1;
+                        // The last rounds run without signals, to see a timeout.
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                    Err(e) => panic!("deliver: {e}"),
+                }
+                if interrupted >= 20 {
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+            done_rx.recv().unwrap();
+            (interrupted, timed_out)
+        })
+    };
+    let target = rx.recv().unwrap();
+    while !stop.load(Ordering::SeqCst) {
+        // SAFETY: `target` is a live thread of this process (it waits for
+        // `done_tx` before it ends); SIGALRM has a handler.
+        let rc = unsafe { libc::pthread_kill(target, libc::SIGALRM) };
+        assert_eq!(rc, 0);
+        thread::sleep(Duration::from_millis(5));
+    }
+    done_tx.send(()).unwrap();
+    let (interrupted, timed_out) = waiter.join().unwrap();
+    assert!(interrupted >= 20 && timed_out >= 1);
+}
+
+/// Issue 8.3: four threads blocked in `deliver(300 ms)` on one poller with an idle
+/// armed socket; one notify ends exactly one of them (the others time out, not
+/// notified), and no notify is left over afterwards. 20 trials.
+#[cfg(feature = "stats")]
+pub fn wake_one_notify_ends_exactly_one_of_4_blocked_delivers<B: Backend>() {
+    const T: Duration = Duration::from_millis(300);
+    let p = Arc::new(poller::<B>());
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    for trial in 0..TRIALS {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let p = Arc::clone(&p);
+                thread::spawn(move || {
+                    let mut events = Events::with_capacity(8);
+                    let start = Instant::now();
+                    let n = p.deliver(&mut events, Some(T)).expect("deliver");
+                    (n, events.is_notified(), start.elapsed())
+                })
+            })
+            .collect();
+        until_waiters(&p, 4);
+        p.notify().unwrap();
+        let results: Vec<_> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+        let notified = results.iter().filter(|r| r.1).count();
+        assert_eq!(notified, 1, "trial {trial}: {results:?}");
+        for (n, was_notified, elapsed) in &results {
+            assert_eq!(*n, 0, "trial {trial}: {results:?}");
+            if !was_notified {
+                assert!(*elapsed >= T, "trial {trial}: early return {results:?}");
+            }
+        }
+        let mut events = Events::with_capacity(8);
+        p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
+        assert!(
+            !events.is_notified(),
+            "trial {trial}: a notify was left over"
+        );
+    }
+}
+
+/// Issue 8.4: four threads blocked in `deliver(None)`, then four notifies back to
+/// back: all four delivers end, each notified. 20 trials.
+#[cfg(feature = "stats")]
+pub fn wake_4_notifies_end_4_blocked_delivers<B: Backend>() {
+    let p = Arc::new(poller::<B>());
+    let (_a, b) = socketpair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    for trial in 0..TRIALS {
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (p, done) = (Arc::clone(&p), Arc::clone(&done));
+                thread::spawn(move || {
+                    let mut events = Events::with_capacity(8);
+                    let n = p.deliver(&mut events, None).expect("deliver");
+                    done.fetch_add(1, Ordering::SeqCst);
+                    (n, events.is_notified())
+                })
+            })
+            .collect();
+        until_waiters(&p, 4);
+        for _ in 0..4 {
+            p.notify().unwrap();
+        }
+        let start = Instant::now();
+        while done.load(Ordering::SeqCst) < 4 {
+            assert!(
+                start.elapsed() < LOST_AFTER,
+                "trial {trial}: 4 notifies ended only {} of 4 blocked delivers",
+                done.load(Ordering::SeqCst)
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        for h in threads {
+            assert_eq!(h.join().unwrap(), (0, true), "trial {trial}");
+        }
+        let mut events = Events::with_capacity(8);
+        p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
+        assert!(
+            !events.is_notified(),
+            "trial {trial}: a notify was left over"
+        );
+    }
+}
+
+/// Issue 8.4: 800,000 notifies from 4 threads with nobody waiting coalesce into one
+/// pending wake-up: one waker write in all, and it ends exactly one deliver.
+#[cfg(feature = "stats")]
+pub fn wake_notify_storm_without_waiters_costs_one_write<B: Backend>() {
+    let p = Arc::new(poller::<B>());
+    let before = p.stats();
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (p, start) = (Arc::clone(&p), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                for _ in 0..200_000 {
+                    p.notify().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in threads {
+        h.join().unwrap();
+    }
+    let s = p.stats().since(&before);
+    assert_eq!(s.wakes, 1, "{s:?}");
+    assert_eq!(s.syscalls(), 1, "{s:?}");
+    let mut events = Events::with_capacity(8);
+    p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
+    assert!(events.is_notified());
+    p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
+    assert!(!events.is_notified(), "one pending notify, consumed once");
+}
+
+/// Issue 8.5: 64 socketpairs with one unread byte each, all armed readable, a
+/// buffer of 8, and 32 delivers that re-arm each delivered registration without
+/// reading: every registration is served within the first ceil(64 / 8) = 8
+/// delivers, and exactly 32 * 8 / 64 = 4 times in all.
+pub fn wake_fair_64_ready_capacity_8_all_served_within_8_delivers<B: Backend>() {
+    let p = poller::<B>();
+    let pairs: Vec<_> = (0..64).map(|_| socketpair()).collect();
+    let tokens: Vec<Token> = pairs
+        .iter()
+        .map(|(a, b)| {
+            (&*a).write_all(b"x").unwrap();
+            let t = p.register(b).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            t
+        })
+        .collect();
+    let mut served = vec![0usize; 64];
+    let mut first = vec![None; 64];
+    let mut events = Events::with_capacity(8);
+    for d in 1..=32 {
+        let n = p
+            .deliver(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(n, 8, "deliver #{d}: 64 are ready, 8 fit");
+        for ev in &events {
+            let i = tokens.iter().position(|&t| t == ev.token()).unwrap();
+            served[i] += 1;
+            first[i].get_or_insert(d);
+            p.arm(ev.token(), Interest::READABLE).unwrap();
+        }
+    }
+    let late: Vec<_> = (0..64)
+        .filter(|&i| !matches!(first[i], Some(d) if d <= 8))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "first served after deliver #8: {late:?} ({first:?})"
+    );
+    assert!(served.iter().all(|&n| n == 4), "served counts {served:?}");
+}
+
+/// The event `p` delivers for `t`, armed for `interest` (after `arm`).
+fn one_event<B: Backend>(p: &Poller<B>, t: Token, interest: Interest) -> Event {
+    p.arm(t, interest).unwrap();
+    expect_one(p, t)
+}
+
+/// Issue 8.6: a pipe's write end armed writable whose reader closed: writable and
+/// write-closed, never readable or read-closed (a write-only end).
+pub fn meaning_pipe_writer_whose_reader_closed_is_write_closed<B: Backend>() {
+    let p = poller::<B>();
+    let (r, w) = pipe();
+    fill(&w);
+    let t = p.register(&w).unwrap();
+    p.arm(t, Interest::WRITABLE).unwrap();
+    drop(r);
+    let ev = expect_one(&p, t);
+    assert!(ev.is_writable() && ev.is_write_closed(), "{ev:?}");
+    assert!(!ev.is_readable() && !ev.is_read_closed(), "{ev:?}");
+    p.deregister(t).unwrap();
+}
+
+/// Issue 8.6: the peer's `shutdown(SHUT_WR)` with both directions armed: readable
+/// and read-closed, not write-closed, no error (TCP and Unix sockets).
+pub fn meaning_half_close_is_read_closed_only<B: Backend>() {
+    let p = poller::<B>();
+    let (client, server) = tcp_pair();
+    let t = p.register(&server).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let ev = expect_one(&p, t);
+    assert!(ev.is_readable() && ev.is_read_closed(), "tcp {ev:?}");
+    assert!(!ev.is_write_closed() && !ev.is_error(), "tcp {ev:?}");
+    let (a, b) = socketpair();
+    let u = p.register(&b).unwrap();
+    a.shutdown(Shutdown::Write).unwrap();
+    let ev = one_event(&p, u, Interest::READABLE);
+    assert!(ev.is_readable() && ev.is_read_closed(), "unix {ev:?}");
+    assert!(!ev.is_write_closed() && !ev.is_error(), "unix {ev:?}");
+    drop(client);
+}
+
+/// Issue 8.6: a refused non-blocking connect, armed writable: writable,
+/// write-closed and error (the connect's errno is in `SO_ERROR`).
+pub fn meaning_refused_connect_is_writable_write_closed_error<B: Backend>() {
+    let p = poller::<B>();
+    let addr = {
+        let l = tcp_listener();
+        v4_addr(&l) // closed when `l` drops: nothing listens there
+    };
+    let s = tcp_connect_nonblocking(addr);
+    let t = p.register(&s).unwrap();
+    let ev = one_event(&p, t, Interest::WRITABLE);
+    assert!(
+        ev.is_writable() && ev.is_write_closed() && ev.is_error(),
+        "{ev:?}"
+    );
+    assert!(!ev.is_readable() && !ev.is_read_closed(), "{ev:?}");
+    assert_eq!(
+        s.take_error().unwrap().and_then(|e| e.raw_os_error()),
+        Some(libc::ECONNREFUSED)
+    );
+    p.deregister(t).unwrap();
+}
+
+/// Issue 8.6: a reset (the peer closes with `SO_LINGER` 0), both directions armed:
+/// error, read-closed and write-closed.
+pub fn meaning_reset_is_error_and_both_closed<B: Backend>() {
+    let p = poller::<B>();
+    let (client, server) = tcp_pair();
+    let t = p.register(&server).unwrap();
+    close_with_reset(client);
+    // A BSD kernel may report the read filter's EOF before the write filter's: arm
+    // again for what has not been reported until both have been.
+    let mut seen = Vec::new();
+    let mut want = Interest::BOTH;
+    loop {
+        let ev = one_event(&p, t, want);
+        seen.push(ev);
+        if ev.is_read_closed() && ev.is_write_closed() {
+            break;
+        }
+        want = match (ev.is_read_closed(), ev.is_write_closed()) {
+            (true, false) => Interest::WRITABLE,
+            (false, true) => Interest::READABLE,
+            _ => want,
+        };
+        assert!(seen.len() < 4, "{seen:?}");
+    }
+    assert!(seen.iter().any(Event::is_error), "{seen:?}");
+    p.deregister(t).unwrap();
+}
+
+/// Issue 8.6 (and 8.7 on kqueue): the socket's own `shutdown(SHUT_RDWR)` with a
+/// readable interest: readable and read-closed; write-closed is not reported for a
+/// direction that was not asked for (epoll says `EPOLLHUP`, kqueue only fires the
+/// read filter: the same event on both).
+pub fn meaning_own_shutdown_with_readable_interest_is_read_closed<B: Backend>() {
+    let p = poller::<B>();
+    let (_client, server) = tcp_pair();
+    let t = p.register(&server).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    server.shutdown(Shutdown::Both).unwrap();
+    let ev = expect_one(&p, t);
+    assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
+    assert!(!ev.is_writable() && !ev.is_write_closed(), "{ev:?}");
+    p.deregister(t).unwrap();
+}
