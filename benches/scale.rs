@@ -1,20 +1,22 @@
 //! scale: what N idle registrations cost, in memory and per round trip.
 //!
-//! For each backend compiled here (epoll, kqueue where it is compiled, poll(2))
-//! and each N (default 0, 100, 1,000, 10,000, 18,000): a fresh poller registers
-//! and arms for reading N idle socketpair ends (nothing is ever written to them),
-//! then one active socketpair, registered on the same poller, does 64-byte round
-//! trips in one thread (write, deliver, read, write back, re-arm, deliver, read,
-//! re-arm) for a fixed time. Measurements of different N are interleaved: each
-//! repetition runs every N once, the order turned by one each time, and the
-//! report gives medians.
+//! For each backend compiled here (epoll, kqueue where it is compiled, poll(2),
+//! and `epoll-hand`: the same workload on a hand-written `EPOLLONESHOT` loop, what
+//! the kernel alone costs) and each N (default 0, 100, 1,000, 10,000, 18,000): a
+//! fresh poller registers and arms for reading N idle socketpair ends (nothing is
+//! ever written to them), then one active socketpair, registered on the same
+//! poller, does 64-byte round trips in one thread (write, deliver, read, write
+//! back, re-arm, deliver, read, re-arm) for a fixed time. Measurements are
+//! interleaved: each repetition runs every backend at every N once, the order of
+//! N turned by one each time, and the report gives medians.
 //!
 //! Reported per backend and N:
 //! - heap bytes per registration: what the process's heap held after the N
 //!   registrations and their first arms minus before, divided by N, counted by
 //!   this bench's global allocator (every Rust allocation); for kqueue on Linux
 //!   also the C heap libkqueue (the kernel's stand-in) took, from mallinfo2(3);
-//! - CPU µs per round trip (getrusage(2), user + system) and its ratio to N = 0;
+//! - CPU µs per round trip (getrusage(2), user + system), its ratio to N = 0, and
+//!   its user-space part (pollshot's own work, the bench's, libkqueue's);
 //! - register, first arm and deregister time per registration (wall clock).
 //!
 //! Then the targets of issue 12 as ok/MISS: at N = 18,000 on epoll, at most 32
@@ -42,7 +44,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{cpu_time, die, median, Args};
+use common::{cpu_times, die, median, Args};
 use pollshot::{Backend, Events, Interest, Poller, Token};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{self, Read, Write};
@@ -113,6 +115,8 @@ struct Sample {
     /// C heap bytes per registration beyond the Rust heap's (libkqueue).
     c_heap: Option<f64>,
     cpu_us: f64,
+    /// The user-space part of `cpu_us`.
+    user_us: f64,
     register_ns: Option<f64>,
     arm_us: Option<f64>,
     deregister_us: Option<f64>,
@@ -129,7 +133,7 @@ fn check(what: &str, r: io::Result<impl Sized>) {
 trait Subject: Sized {
     type Key: Copy + PartialEq;
     fn new() -> Self;
-    /// Registers `fd` (pollshot: no system call; hand: `EPOLL_CTL_ADD`, quiet).
+    /// Registers `fd` (no system call).
     fn register(&mut self, fd: BorrowedFd<'_>) -> Self::Key;
     /// Arms for reading (pollshot's first arm: the `EPOLL_CTL_ADD`).
     fn arm(&mut self, key: Self::Key, fd: BorrowedFd<'_>);
@@ -195,22 +199,19 @@ impl Subject for Hand {
         Hand { epoll }
     }
     fn register(&mut self, fd: BorrowedFd<'_>) -> u64 {
-        use rustix::event::epoll::{self, EventData, EventFlags};
-        let key = fd.as_raw_fd() as u64;
-        let r = epoll::add(
-            &self.epoll,
-            fd,
-            EventData::new_u64(key),
-            EventFlags::ONESHOT,
-        );
-        check("EPOLL_CTL_ADD", r.map_err(io::Error::from));
-        key
+        fd.as_raw_fd() as u64
     }
+    /// `EPOLL_CTL_MOD`; the first arm of a descriptor is an `EPOLL_CTL_ADD` (after
+    /// MOD's ENOENT), so the kernel's set is built in pollshot's order.
     fn arm(&mut self, key: u64, fd: BorrowedFd<'_>) {
         use rustix::event::epoll::{self, EventData, EventFlags};
         let flags = EventFlags::IN | EventFlags::RDHUP | EventFlags::ONESHOT;
-        let r = epoll::modify(&self.epoll, fd, EventData::new_u64(key), flags);
-        check("EPOLL_CTL_MOD", r.map_err(io::Error::from));
+        let data = EventData::new_u64(key);
+        let r = match epoll::modify(&self.epoll, fd, data, flags) {
+            Err(rustix::io::Errno::NOENT) => epoll::add(&self.epoll, fd, data, flags),
+            other => other,
+        };
+        check("epoll_ctl", r.map_err(io::Error::from));
     }
     fn await_event(&mut self, want: u64) {
         use rustix::event::epoll;
@@ -235,12 +236,12 @@ impl Subject for Hand {
 fn measure<S: Subject>(
     idle: &[UnixStream],
     active: &mut (UnixStream, UnixStream),
-    keys: &mut Vec<S::Key>,
     millis: u64,
 ) -> Sample {
     let n = idle.len();
     let mut p = S::new();
-    keys.clear();
+    // Allocated before the heap is counted.
+    let mut keys = Vec::with_capacity(n);
     let ka = p.register(active.0.as_fd());
     let kb = p.register(active.1.as_fd());
 
@@ -266,7 +267,7 @@ fn measure<S: Subject>(
     let msg = [7u8; MSG];
     let mut rounds = 0u64;
     let deadline = Instant::now() + Duration::from_millis(millis);
-    let cpu0 = cpu_time();
+    let (user0, sys0) = cpu_times();
     while rounds < 50 || Instant::now() < deadline {
         check("write", a.write_all(&msg));
         p.await_event(kb);
@@ -278,7 +279,9 @@ fn measure<S: Subject>(
         p.arm(ka, a.as_fd());
         rounds += 1;
     }
-    let cpu = cpu_time() - cpu0;
+    let (user1, sys1) = cpu_times();
+    let user = user1 - user0;
+    let cpu = user + (sys1 - sys0);
 
     let t2 = Instant::now();
     for (&k, s) in keys.iter().zip(idle) {
@@ -293,6 +296,7 @@ fn measure<S: Subject>(
         heap: (n > 0).then(|| heap as f64 / n as f64),
         c_heap: c.filter(|_| n > 0).map(|c| c as f64 / n as f64),
         cpu_us: cpu.as_secs_f64() * 1e6 / rounds as f64,
+        user_us: user.as_secs_f64() * 1e6 / rounds as f64,
         register_ns: per(registered, 1e9),
         arm_us: per(armed, 1e6),
         deregister_us: per(deregistered, 1e6),
@@ -310,41 +314,55 @@ fn med(xs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     (!v.is_empty()).then(|| median(&v))
 }
 
-fn run<S: Subject>(
+/// One backend's measurement of N idle registrations.
+type Measure = fn(&[UnixStream], &mut (UnixStream, UnixStream), u64) -> Sample;
+
+/// Runs every backend at every N, `reps` times, interleaved: each repetition
+/// measures each backend at each N once, the order of N turned by one per
+/// repetition. Returns the medians per backend.
+fn run(
+    subjects: &[Measure],
     ns: &[usize],
     idle: &[UnixStream],
     active: &mut (UnixStream, UnixStream),
     reps: usize,
     millis: u64,
-) -> Vec<Row> {
-    let mut samples: Vec<Vec<Sample>> = ns.iter().map(|_| Vec::new()).collect();
-    let mut keys = Vec::with_capacity(idle.len());
-    // One unmeasured pass warms the allocator and the kernel's caches.
-    measure::<S>(
-        &idle[..ns.iter().copied().max().unwrap_or(0)],
-        active,
-        &mut keys,
-        20,
-    );
+) -> Vec<Vec<Row>> {
+    let mut samples: Vec<Vec<Vec<Sample>>> = subjects
+        .iter()
+        .map(|_| ns.iter().map(|_| Vec::new()).collect())
+        .collect();
+    let max = ns.iter().copied().max().unwrap_or(0);
+    for m in subjects {
+        // One unmeasured pass warms the allocator and the kernel's caches.
+        m(&idle[..max], active, 20);
+    }
     for rep in 0..reps {
-        for k in 0..ns.len() {
-            let i = (k + rep) % ns.len();
-            let s = measure::<S>(&idle[..ns[i]], active, &mut keys, millis);
-            samples[i].push(s);
+        for (b, m) in subjects.iter().enumerate() {
+            for k in 0..ns.len() {
+                let i = (k + rep) % ns.len();
+                samples[b][i].push(m(&idle[..ns[i]], active, millis));
+            }
         }
     }
-    ns.iter()
-        .zip(samples)
-        .map(|(&n, s)| Row {
-            n,
-            m: Sample {
-                heap: med(s.iter().map(|x| x.heap)),
-                c_heap: med(s.iter().map(|x| x.c_heap)),
-                cpu_us: median(&s.iter().map(|x| x.cpu_us).collect::<Vec<_>>()),
-                register_ns: med(s.iter().map(|x| x.register_ns)),
-                arm_us: med(s.iter().map(|x| x.arm_us)),
-                deregister_us: med(s.iter().map(|x| x.deregister_us)),
-            },
+    samples
+        .into_iter()
+        .map(|per_n| {
+            ns.iter()
+                .zip(per_n)
+                .map(|(&n, s)| Row {
+                    n,
+                    m: Sample {
+                        heap: med(s.iter().map(|x| x.heap)),
+                        c_heap: med(s.iter().map(|x| x.c_heap)),
+                        cpu_us: median(&s.iter().map(|x| x.cpu_us).collect::<Vec<_>>()),
+                        user_us: median(&s.iter().map(|x| x.user_us).collect::<Vec<_>>()),
+                        register_ns: med(s.iter().map(|x| x.register_ns)),
+                        arm_us: med(s.iter().map(|x| x.arm_us)),
+                        deregister_us: med(s.iter().map(|x| x.deregister_us)),
+                    },
+                })
+                .collect()
         })
         .collect()
 }
@@ -354,12 +372,13 @@ fn print(name: &str, rows: &[Row]) {
     println!("\n{name}");
     let kq = rows.iter().any(|r| r.m.c_heap.is_some()) && name == "kqueue";
     println!(
-        "{:>7} {:>10} {:>12} {:>10} {:>8} {:>12} {:>12} {:>14}",
+        "{:>7} {:>10} {:>12} {:>10} {:>8} {:>11} {:>12} {:>12} {:>14}",
         "N",
         "heap B/reg",
         if kq { "libkqueue B" } else { "" },
         "cpu us/rt",
         "x N=0",
+        "user us/rt",
         "register ns",
         "1st arm us",
         "deregister us"
@@ -367,12 +386,13 @@ fn print(name: &str, rows: &[Row]) {
     let f = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
     for r in rows {
         println!(
-            "{:>7} {:>10} {:>12} {:>10.2} {:>8} {:>12} {:>12} {:>14}",
+            "{:>7} {:>10} {:>12} {:>10.2} {:>8} {:>11.2} {:>12} {:>12} {:>14}",
             r.n,
             f(r.m.heap, 1),
             if kq { f(r.m.c_heap, 0) } else { String::new() },
             r.m.cpu_us,
             base.map_or("-".to_string(), |b| format!("{:.2}x", r.m.cpu_us / b)),
+            r.m.user_us,
             f(r.m.register_ns, 0),
             f(r.m.arm_us, 2),
             f(r.m.deregister_us, 2),
@@ -536,22 +556,17 @@ fn main() {
         }
     }
 
-    let mut results: Vec<(String, Vec<Row>)> = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    let mut subjects: Vec<Measure> = Vec::new();
     for name in &backends {
-        let rows = match name.as_str() {
+        let m: Measure = match name.as_str() {
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            "epoll" => {
-                run::<Pollshot<pollshot::backends::Epoll>>(&ns, &idle, &mut active, reps, millis)
-            }
+            "epoll" => measure::<Pollshot<pollshot::backends::Epoll>>,
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            "epoll-hand" => run::<Hand>(&ns, &idle, &mut active, reps, millis),
+            "epoll-hand" => measure::<Hand>,
             #[cfg(pollshot_kqueue)]
-            "kqueue" => {
-                run::<Pollshot<pollshot::backends::Kqueue>>(&ns, &idle, &mut active, reps, millis)
-            }
-            "blocking" => {
-                run::<Pollshot<pollshot::backends::Blocking>>(&ns, &idle, &mut active, reps, millis)
-            }
+            "kqueue" => measure::<Pollshot<pollshot::backends::Kqueue>>,
+            "blocking" => measure::<Pollshot<pollshot::backends::Blocking>>,
             #[cfg(not(any(target_os = "linux", target_os = "android")))]
             "epoll" | "epoll-hand" => {
                 println!("\n{name}: not compiled for this target");
@@ -566,11 +581,15 @@ fn main() {
                 "--backend {other:?}: not one of epoll, epoll-hand, kqueue, blocking"
             )),
         };
-        let label = match name.as_str() {
+        names.push(name);
+        subjects.push(m);
+    }
+    let all = run(&subjects, &ns, &idle, &mut active, reps, millis);
+    let mut results: Vec<(String, Vec<Row>)> = Vec::new();
+    for (name, rows) in names.into_iter().zip(all) {
+        let label = match name {
             "blocking" => "blocking (poll(2))",
-            "epoll-hand" => {
-                "epoll-hand (EPOLLONESHOT by hand: the kernel alone; register = ADD, 1st arm = MOD)"
-            }
+            "epoll-hand" => "epoll-hand (EPOLLONESHOT by hand: the kernel alone; its 1st arm is MOD, ENOENT, ADD)",
             other => other,
         };
         print(label, &rows);
@@ -579,7 +598,7 @@ fn main() {
             .filter(|r| r.n > 0)
             .filter_map(|r| cpu_ratio(&rows, r.n).map(|x| format!("{x:.2}x at N={}", r.n)))
             .collect();
-        match name.as_str() {
+        match name {
             "blocking" => println!(
                 "  poll(2) growth: CPU per round trip {} (each wait passes every armed descriptor to the kernel)",
                 growth.join(", ")
@@ -590,7 +609,7 @@ fn main() {
             ),
             _ => {}
         }
-        results.push((name.clone(), rows));
+        results.push((name.to_string(), rows));
     }
 
     println!("\ntargets (issue 12), medians of interleaved runs:");
