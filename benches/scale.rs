@@ -1,6 +1,7 @@
 //! scale: what N idle registrations cost, in memory and per round trip.
 //!
-//! For each backend compiled here (epoll, kqueue where it is compiled, poll(2),
+//! For each backend compiled here (epoll, kqueue where it is compiled, io_uring
+//! with `--features io-uring`, poll(2),
 //! and `epoll-hand`: the same workload on a hand-written `EPOLLONESHOT` loop, what
 //! the kernel alone costs) and each N (default 0, 100, 1,000, 10,000, 18,000): a
 //! fresh poller registers and arms for reading N idle socketpair ends (nothing is
@@ -34,9 +35,9 @@
 //! Usage: `cargo bench --bench scale [-- FLAGS]`
 //!
 //! - `--n 0,100,1000,10000,18000`: the idle counts
-//! - `--backend epoll,epoll-hand,kqueue,blocking`: only these (`epoll-hand`: the
-//!   same workload on a hand-written `EPOLLONESHOT` loop, what the kernel alone
-//!   costs as N grows)
+//! - `--backend epoll,epoll-hand,kqueue,uring,blocking`: only these (`epoll-hand`:
+//!   the same workload on a hand-written `EPOLLONESHOT` loop, what the kernel
+//!   alone costs as N grows; `uring` needs `--features io-uring`)
 //! - `--reps N` (default 5), `--millis MS` per measurement (default 300)
 //! - `--no-sharing`: skip the false-sharing section
 //! - `POLLSHOT_BENCH_QUICK=1`: 3 repetitions of 100 ms
@@ -513,7 +514,7 @@ fn main() {
         .get("backend")
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
-            ["epoll", "epoll-hand", "kqueue", "blocking"]
+            ["epoll", "epoll-hand", "kqueue", "uring", "blocking"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect()
@@ -566,6 +567,19 @@ fn main() {
             "epoll-hand" => measure::<Hand>,
             #[cfg(pollshot_kqueue)]
             "kqueue" => measure::<Pollshot<pollshot::backends::Kqueue>>,
+            #[cfg(all(feature = "io-uring", target_os = "linux"))]
+            "uring" => match Poller::<pollshot::backends::Uring>::with_backend() {
+                Ok(_) => measure::<Pollshot<pollshot::backends::Uring>>,
+                Err(e) => {
+                    println!("\nuring: unavailable here: {e}");
+                    continue;
+                }
+            },
+            #[cfg(not(all(feature = "io-uring", target_os = "linux")))]
+            "uring" => {
+                println!("\nuring: not compiled (Linux, --features io-uring)");
+                continue;
+            }
             "blocking" => measure::<Pollshot<pollshot::backends::Blocking>>,
             #[cfg(not(any(target_os = "linux", target_os = "android")))]
             "epoll" | "epoll-hand" => {
@@ -578,7 +592,7 @@ fn main() {
                 continue;
             }
             other => die(&format!(
-                "--backend {other:?}: not one of epoll, epoll-hand, kqueue, blocking"
+                "--backend {other:?}: not one of epoll, epoll-hand, kqueue, uring, blocking"
             )),
         };
         names.push(name);
