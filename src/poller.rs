@@ -7,7 +7,7 @@ use crate::fork;
 use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
-use crate::table::{Alloc, Entry, Slot, Table};
+use crate::table::{Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::Notifies;
 use std::io;
@@ -206,7 +206,8 @@ impl<B: Backend> Poller<B> {
     ///   waker.
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
-    /// - `ErrorKind::OutOfMemory`: past 2^32 registrations (2^20 on 32-bit targets).
+    /// - `ErrorKind::InvalidInput`: on 32-bit targets, a descriptor number of 2^20
+    ///   or more (the kqueue tag keeps 20 bits of it; see [`Token`]).
     pub fn register<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         self.insert(fd.as_fd().as_raw_fd())
     }
@@ -254,58 +255,51 @@ impl<B: Backend> Poller<B> {
         if self.backend.owns_fd(fd) {
             return Err(error::own_fd(fd));
         }
-        let mut alloc = self.table.alloc();
-        if let Some(&old) = alloc.by_fd.get(&fd) {
+        // The slot is the descriptor number's own.
+        let Some(mut slot) = self.table.lock_for_insert(fd as usize) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pollshot register: descriptor number {fd} is past the {MAX_SLOTS} \
+                     this target's tokens can name"
+                ),
+            ));
+        };
+        if slot.is_some() {
             // The number is registered already: its descriptor was closed without a
             // deregister and the number reused (P02, P04), or the caller registered
             // it twice. The old registration is superseded: delete whatever the
             // kernel holds under this number (ENOENT/EBADF: nothing), free the slot.
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
-            // whose events carry the old slot's generation: dropped as stale.
-            let _superseded = self.free(&mut alloc, old);
-        }
-        if alloc.slab.len() >= MAX_SLOTS {
-            return Err(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "pollshot register: the table is full",
-            ));
+            // whose events carry the old registration's generation: dropped as
+            // stale, since the new one continues the slot's generations.
+            let _superseded = self.free(&mut slot);
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
-        let slot = alloc.slab.insert(fd);
-        let token = Token::new(slot as u32, incarnation);
-        let cell = self.table.slot_for_insert(&alloc, slot);
-        *cell.lock() = Some(Entry {
+        let token = Token::new(fd as u32, incarnation);
+        let start = slot.next_generation();
+        *slot = Some(Entry {
             fd,
             token,
-            state: RegState::new(cell.next_generation(&alloc)),
+            state: RegState::new(start),
         });
-        alloc.by_fd.insert(fd, slot);
         Ok(token)
     }
 
-    /// Removes slot `slot` from the table, deleting it from the kernel if there.
-    /// The caller holds the allocation lock; the slot's lock is held across the
-    /// kernel's delete, so a racing arm then finds the slot empty (`NotFound`).
-    fn free(&self, alloc: &mut Alloc, slot: usize) -> io::Result<()> {
-        let fd = alloc.slab.remove(slot);
-        if alloc.by_fd.get(&fd) == Some(&slot) {
-            alloc.by_fd.remove(&fd);
-        }
-        let Some(cell) = self.table.get(slot) else {
-            return Ok(());
-        };
-        let mut guard = cell.lock();
-        let Some(mut entry) = guard.take() else {
+    /// Empties a locked slot, deleting its registration from the kernel if there.
+    /// The slot's lock is held across the kernel's delete, so a racing arm then
+    /// finds the slot empty (`NotFound`).
+    fn free(&self, slot: &mut SlotGuard<'_>) -> io::Result<()> {
+        let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
         let result = entry.state.deregister(&mut FdKernel {
             backend: &self.backend,
             fd: entry.fd,
-            slot: slot as u32,
+            slot: entry.token.slot(),
             incarnation: entry.token.incarnation(),
         });
-        cell.set_next_generation(alloc, entry.state.generation());
-        drop(guard);
+        slot.vacate();
         result.map(drop).map_err(error::kernel)
     }
 
@@ -317,10 +311,9 @@ impl<B: Backend> Poller<B> {
         f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
     ) -> io::Result<R> {
         self.check_fork(op)?;
-        let Some(cell) = self.table.get(token.index()) else {
+        let Some(mut guard) = self.table.lock(token.index()) else {
             return Err(error::unknown_token(op, token));
         };
-        let mut guard = cell.lock();
         let entry = match guard.as_mut() {
             Some(e) if e.token == token => e,
             _ => return Err(error::unknown_token(op, token)),
@@ -529,15 +522,9 @@ impl<B: Backend> Poller<B> {
     ///   EBADF; the registration is removed from the table all the same.
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
-        let mut alloc = self.table.alloc();
-        let live = self
-            .table
-            .get(token.index())
-            .is_some_and(|cell| matches!(&*cell.lock(), Some(e) if e.token == token));
-        if live {
-            self.free(&mut alloc, token.index())
-        } else {
-            Err(error::unknown_token("deregister", token))
+        match self.table.lock(token.index()) {
+            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => self.free(&mut slot),
+            _ => Err(error::unknown_token("deregister", token)),
         }
     }
 
@@ -688,11 +675,10 @@ impl<B: Backend> Poller<B> {
     fn accept(&self, raw: &[RawEvent], events: &mut Events) {
         let counters = self.backend.counters();
         for ev in raw {
-            let Some(cell) = self.table.get(ev.slot as usize) else {
+            let Some(mut guard) = self.table.lock(ev.slot as usize) else {
                 counters.one(Count::Stale);
                 continue;
             };
-            let mut guard = cell.lock();
             let Some(entry) = guard.as_mut() else {
                 drop(guard);
                 counters.one(Count::Stale);
@@ -752,8 +738,7 @@ impl<B: Backend> Poller<B> {
             // The synthetic lock is released before any slot's: arm takes them
             // in the other order.
             for &(slot, generation) in &taken {
-                let current = self.table.get(slot as usize).and_then(|cell| {
-                    let mut guard = cell.lock();
+                let current = self.table.lock(slot as usize).and_then(|mut guard| {
                     let entry = guard.as_mut()?;
                     let interest = entry.state.on_event(Some(generation))?;
                     Some((entry.token, interest))
@@ -820,31 +805,29 @@ impl<B: Backend> Poller<B> {
             return Ok(());
         }
         self.backend.reinit_after_fork()?;
-        let slots: Vec<usize> = self.table.alloc_mut().slab.iter().map(|(k, _)| k).collect();
         let mut synthetic = Vec::new();
-        for slot in slots {
-            let Some(Some(entry)) = self.table.get_mut(slot).map(Slot::get_mut) else {
-                continue;
-            };
+        let backend = &self.backend;
+        self.table.try_for_each_after_fork(|entry| {
             let state = &mut entry.state;
             state.forget_kernel();
             let mut fb = Fallbacks::default();
             let armed = state.rearm_fresh(
                 &mut FdKernel {
-                    backend: &self.backend,
+                    backend,
                     fd: entry.fd,
-                    slot: slot as u32,
+                    slot: entry.token.slot(),
                     incarnation: entry.token.incarnation(),
                 },
                 &mut fb,
             );
             match armed {
-                Ok(Armed::Synthetic) => synthetic.push((slot as u32, state.generation())),
+                Ok(Armed::Synthetic) => synthetic.push((entry.token.slot(), state.generation())),
                 // Closed in the child: left unarmed (fresh), reported at its next arm.
                 Ok(_) | Err(KernelError::BadFd) => {}
                 Err(e) => return Err(error::kernel(e)),
             }
-        }
+            Ok(())
+        })?;
         let queue = self
             .synthetic
             .get_mut()
@@ -859,7 +842,7 @@ impl<B: Backend> Poller<B> {
 
     /// The number of live registrations.
     pub fn len(&self) -> usize {
-        self.table.alloc().slab.len()
+        self.table.len()
     }
 
     /// Whether no descriptor is registered.
