@@ -338,7 +338,89 @@ impl<B: Backend> Poller<B> {
     /// error) is delivered once, to one [`deliver`](Self::deliver) call, and disarms
     /// it again.
     ///
-    /// Cost: arming an armed registration for the same interest is free (no system
+    /// # The contract: an arm replaces, a delivery disarms both directions
+    ///
+    /// - `interest` *replaces* what the registration was armed for; it is not added
+    ///   to it. Arm `READABLE`, then `WRITABLE`, and only writable is watched: data
+    ///   that arrives afterwards is not reported.
+    /// - A delivery disarms the *whole* registration, whatever directions the event
+    ///   reports. Armed for `BOTH` with a full send buffer, an event that reports
+    ///   readable ends the arming: when the buffer drains later, nothing is
+    ///   reported until writable is armed again.
+    ///
+    /// So a runtime that keeps a reader and a writer waiting on one registration
+    /// arms the union of what they wait for, and after each delivery wakes the
+    /// waiters whose direction the event reports and re-arms with what is still
+    /// wanted. This is `EPOLLONESHOT`'s and `EV_DISPATCH`'s own rule (and the
+    /// contract of `polling`'s `modify`); the poll(2) backend keeps it too.
+    ///
+    /// ```
+    /// use pollshot::{Events, Interest, Poller};
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// /// What the waiters on one registration want together, if anything.
+    /// fn union(reader: Option<Interest>, writer: Option<Interest>) -> Option<Interest> {
+    ///     match (reader, writer) {
+    ///         (Some(r), Some(w)) => Some(r | w),
+    ///         (r, w) => r.or(w),
+    ///     }
+    /// }
+    ///
+    /// let poller = Poller::new()?;
+    /// let (mut peer, mut sock) = UnixStream::pair()?;
+    /// sock.set_nonblocking(true)?;
+    /// peer.set_nonblocking(true)?;
+    /// let token = poller.register(&sock)?;
+    ///
+    /// // The writer fills the send buffer until a write would block; the reader
+    /// // finds nothing to read. Both wait on the one registration.
+    /// let mut buf = [0u8; 4096];
+    /// loop {
+    ///     match sock.write(&buf) {
+    ///         Ok(_) => {}
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// }
+    /// assert_eq!(sock.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    /// let (mut reader, mut writer) = (Some(Interest::READABLE), Some(Interest::WRITABLE));
+    /// poller.arm(token, union(reader, writer).unwrap())?; // BOTH
+    ///
+    /// let mut events = Events::with_capacity(8);
+    /// let timeout = Some(Duration::from_secs(20)); // only turns a lost event into a failure
+    /// peer.write_all(b"ping")?;
+    /// assert_eq!(poller.deliver(&mut events, timeout)?, 1);
+    /// let event = *events.iter().next().unwrap();
+    /// assert!(event.is_readable() && !event.is_writable());
+    /// // The delivery disarmed both directions: wake the reader, whose direction the
+    /// // event reports ...
+    /// if event.is_readable() {
+    ///     assert_eq!(sock.read(&mut buf)?, 4);
+    ///     reader = None;
+    /// }
+    /// if event.is_writable() {
+    ///     writer = None;
+    /// }
+    /// // ... and re-arm what is still wanted: the writer's WRITABLE.
+    /// assert_eq!(union(reader, writer), Some(Interest::WRITABLE));
+    /// poller.arm(token, union(reader, writer).unwrap())?;
+    ///
+    /// // The peer drains the buffer: the re-arm is what makes the room reported.
+    /// while peer.read(&mut buf).is_ok_and(|n| n > 0) {}
+    /// assert_eq!(poller.deliver(&mut events, timeout)?, 1);
+    /// let event = events.iter().next().unwrap();
+    /// assert_eq!(event.token(), token);
+    /// assert!(event.is_writable() && !event.is_readable());
+    ///
+    /// poller.deregister(token)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Cost
+    ///
+    /// Arming an armed registration for the same interest is free (no system
     /// call: an event already in flight satisfies it). Otherwise one kernel command:
     /// epoll `EPOLL_CTL_MOD` (the first arm is `EPOLL_CTL_ADD`); kqueue `EV_ENABLE`
     /// (first `EV_ADD`), which rides on the next `kevent` call when possible; the
@@ -357,10 +439,11 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
-    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF); the
-    ///   registration is unchanged. The poll(2) backend checks this at the first
-    ///   arm only (later arms cost no system call): there a descriptor closed after
-    ///   its first arm is delivered once as an error event (`POLLNVAL`).
+    /// - EBADF (`raw_os_error()`): the descriptor is closed; the registration is
+    ///   unchanged. The poll(2) backend checks this at the first arm only (later
+    ///   arms cost no system call): there a descriptor closed after its first arm is
+    ///   dropped from the set when poll(2) answers `POLLNVAL`, never reported, and
+    ///   its next re-arm fails with EBADF.
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
@@ -415,9 +498,8 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
-    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF). The
-    ///   registration is disarmed in the table all the same (nothing more is
-    ///   delivered for it).
+    /// - EBADF (`raw_os_error()`): the descriptor is closed. The registration is
+    ///   disarmed in the table all the same (nothing more is delivered for it).
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {

@@ -3,9 +3,10 @@
 //! A registration's state is a [`RegState`]: its [`Phase`] (fresh, idle, armed with
 //! an interest), its arming *generation*, and whether the kernel refused to poll its
 //! descriptor (then it is *always ready*). Each operation consults the state, issues
-//! at most the kernel commands the design's table names through a [`Kernel`] (the
+//! at most the kernel commands the state table names through a [`Kernel`] (the
 //! backend's translation for one descriptor), applies the fallbacks, and moves to the
-//! next state. This is the design's state table, one row per match arm:
+//! next state. This is the state table of the repository's `docs/design.md`, one row
+//! per match arm:
 //!
 //! | state | operation | kernel command | next state |
 //! |---|---|---|---|
