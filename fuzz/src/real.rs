@@ -630,6 +630,34 @@ impl<B: Backend> Harness<B> {
         self.diverged
     }
 
+    /// io_uring: a re-arm of a registration whose number was closed and then
+    /// reused before its queued request was submitted (the `deliver` between
+    /// returned a notify or completions already posted without entering the
+    /// kernel, so no -EBADF came back) queues a new request, which watches the
+    /// new descriptor (as documented), where the model's poll set dropped the
+    /// entry for POLLNVAL and repairs it with an add (a `NotFound` fallback).
+    /// Both answer Ok; their commands differ. From here the two cannot be
+    /// mirrored: the run ends (`diverged`). Where the request was submitted and
+    /// answered -EBADF, the backend takes the same fallback, and the run goes on.
+    #[cfg(feature = "stats")]
+    fn repaired_unseen(&mut self, tainted: bool, real_ok: bool, sim: Result<(), Failure>) -> bool {
+        if self.uring
+            && tainted
+            && real_ok
+            && sim.is_ok()
+            && self.sim.fallbacks.not_found_to_add
+            && self.poller.stats().since(&self.last).not_found_to_add == 0
+        {
+            self.diverged = true;
+        }
+        self.diverged
+    }
+
+    #[cfg(not(feature = "stats"))]
+    fn repaired_unseen(&mut self, _: bool, _: bool, _: Result<(), Failure>) -> bool {
+        self.diverged
+    }
+
     fn step(&mut self, op: RealOp) {
         match op {
             RealOp::Open { kind } => self.open(kind),
@@ -655,9 +683,12 @@ impl<B: Backend> Harness<B> {
             RealOp::Arm { reg, interest } => {
                 let Some(o) = self.pick_reg(reg) else { return };
                 let i: Interest = super::interest(interest);
+                let tainted = self.sim.owners()[o].tainted;
                 let real = self.poller.arm(self.tokens[o], i);
                 let sim = self.sim.arm(o, i);
-                if self.parted(o, real.is_ok(), sim) {
+                if self.parted(o, real.is_ok(), sim)
+                    || self.repaired_unseen(tainted, real.is_ok(), sim)
+                {
                     return;
                 }
                 self.same("arm", real, sim);
