@@ -557,6 +557,17 @@ impl<B: Backend> Harness<B> {
             // reports -EBADF (a request still queued), where poll(2) reports
             // POLLNVAL. Those registrations are compared by the checks above only.
             let tainted = |o: &usize| owners[*o].tainted;
+            // One the model delivered (POLLNVAL) and the poller did not is idle in
+            // the model and still armed in the poller: every later command on it
+            // differs (a disarm quiets on one side only). The run ends, as it
+            // does for one the poller delivered (`deliver_once`).
+            if sim
+                .iter()
+                .any(|(o, _)| tainted(o) && real.iter().all(|(r, _)| r != o))
+            {
+                self.diverged = true;
+                return;
+            }
             real.retain(|e| !tainted(&e.0));
             sim.retain(|e| !tainted(&e.0));
             // The readiness is the kernel's when the request completed (data
