@@ -641,31 +641,29 @@ impl<B: Backend> Harness<B> {
         self.diverged
     }
 
-    /// io_uring: a re-arm of a registration whose number was closed and then
-    /// reused before its queued request was submitted (the `deliver` between
-    /// returned a notify or completions already posted without entering the
-    /// kernel, so no -EBADF came back) queues a new request, which watches the
-    /// new descriptor (as documented), where the model's poll set dropped the
-    /// entry for POLLNVAL and repairs it with an add (a `NotFound` fallback).
-    /// Both answer Ok; their commands differ. From here the two cannot be
-    /// mirrored: the run ends (`diverged`). Where the request was submitted and
-    /// answered -EBADF, the backend takes the same fallback, and the run goes on.
-    #[cfg(feature = "stats")]
+    /// io_uring: a re-arm or disarm of a registration whose number was closed
+    /// and then reused before its queued request was submitted (the `deliver`
+    /// between returned a notify or completions already posted without entering
+    /// the kernel, so no -EBADF came back) replaces or removes that request, and
+    /// a new one watches the new descriptor (as documented), where the model's
+    /// poll set dropped the entry for POLLNVAL and answers ENOENT (an arm repairs
+    /// it with an add; a disarm leaves it to the next arm's add). Both answer Ok;
+    /// their commands differ from here on, so the two cannot be mirrored: the run
+    /// ends (`diverged`). Where the request was submitted and answered -EBADF, an
+    /// arm takes the model's fallback too, and the run goes on.
     fn repaired_unseen(&mut self, tainted: bool, real_ok: bool, sim: Result<(), Failure>) -> bool {
-        if self.uring
-            && tainted
-            && real_ok
-            && sim.is_ok()
-            && self.sim.fallbacks.not_found_to_add
-            && self.poller.stats().since(&self.last).not_found_to_add == 0
-        {
+        #[cfg(feature = "stats")]
+        let same_repair = self.poller.stats().since(&self.last).not_found_to_add > 0;
+        #[cfg(not(feature = "stats"))]
+        let same_repair = false;
+        let dropped = self
+            .sim
+            .commands
+            .iter()
+            .any(|c| c.error == Some(pollshot::model::Errno::NoEnt));
+        if self.uring && tainted && real_ok && sim.is_ok() && dropped && !same_repair {
             self.diverged = true;
         }
-        self.diverged
-    }
-
-    #[cfg(not(feature = "stats"))]
-    fn repaired_unseen(&mut self, _: bool, _: bool, _: Result<(), Failure>) -> bool {
         self.diverged
     }
 
@@ -709,9 +707,12 @@ impl<B: Backend> Harness<B> {
             }
             RealOp::Disarm { reg } => {
                 let Some(o) = self.pick_reg(reg) else { return };
+                let tainted = self.sim.owners()[o].tainted;
                 let real = self.poller.disarm(self.tokens[o]);
                 let sim = self.sim.disarm(o);
-                if self.parted(o, real.is_ok(), sim) {
+                if self.parted(o, real.is_ok(), sim)
+                    || self.repaired_unseen(tainted, real.is_ok(), sim)
+                {
                     return;
                 }
                 self.same("disarm", real, sim);
