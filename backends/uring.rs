@@ -78,10 +78,12 @@
 //! arming like any other (an old one is dropped as stale), and polls it again
 //! while armings are left there. The registration is then known half-closed (a
 //! half-close is for good): its later write-only armings go to the instance
-//! directly (one MOD each) instead of a request that would complete at once. An
+//! directly (one MOD each) instead of a request that would complete at once (where
+//! epoll refuses the number, closed without a deregister or reused by a file it
+//! cannot poll, such an arming is a poll request like any other). An
 //! arming with a readable interest is a poll request again (the read-closed is
 //! news for it), after deleting an entry still armed. A disarm or deregister
-//! deletes the entry (`EPOLL_CTL_DEL`; ENOENT and EBADF mean it is gone already),
+//! deletes the entry (`EPOLL_CTL_DEL`; ENOENT, EBADF and EPERM mean it is gone),
 //! so nothing of the registration outlives it there; an epoll entry holds no
 //! reference to the file either. A thread that exits queues the instance's poll
 //! again like the others. Every other arming keeps the arm of no system call.
@@ -617,18 +619,37 @@ impl Ring {
                 via_epoll: now.via_epoll,
                 ..now.idle()
             };
-            if to_epoll {
+            let watched = to_epoll && {
                 *g.slot(tag.slot) = pending;
-                match self.epoll_watch(&mut g, tag.slot)? {
-                    Some(poll) => self.push(&mut g, &poll)?,
-                    None => return Ok(()),
+                match self.epoll_watch(&mut g, tag.slot) {
+                    Ok(Some(poll)) => {
+                        self.push(&mut g, &poll)?;
+                        true
+                    }
+                    Ok(None) => return Ok(()),
+                    // epoll refuses the number: closed (EBADF) or reused by a
+                    // file it cannot poll (EPERM). A poll request does for it
+                    // what it does for any arming (-EBADF at submission, or an
+                    // always-ready completion), and the registration is no
+                    // longer known half-closed (a socket still half-closed
+                    // comes back here through its completion).
+                    Err(_) => false,
                 }
-            } else {
+            };
+            if !watched {
                 let entry = opcode::PollAdd::new(types::Fd(fd), events)
                     .build()
                     .user_data(user_data);
                 self.push(&mut g, &entry)?;
-                *g.slot(tag.slot) = pending;
+                // After a refusal, the slot as `epoll_watch` left it (its entry
+                // may be there).
+                let now = *g.slot(tag.slot);
+                *g.slot(tag.slot) = Pending {
+                    via_epoll: false,
+                    in_epoll: pending.in_epoll || now.in_epoll,
+                    half_closed: pending.half_closed && !to_epoll,
+                    ..pending
+                };
             }
             g.leader
         };
@@ -730,7 +751,8 @@ impl Ring {
     }
 
     /// Deletes the registration's entry (descriptor `fd`) from the private epoll
-    /// instance, if it may have one (ENOENT and EBADF mean it is gone already).
+    /// instance, if it may have one (ENOENT, EBADF and EPERM mean it is gone
+    /// already).
     /// Nothing is pending there after.
     fn epoll_forget(&self, g: &mut Shared, slot: u32, fd: RawFd) -> Result<(), KernelError> {
         let p = *g.slot(slot);
@@ -751,7 +773,8 @@ impl Ring {
         };
         self.counters.one(Count::CtlCall);
         match epoll::delete(ep, fd_ref(fd)) {
-            Ok(()) | Err(Errno::NOENT) | Err(Errno::BADF) => Ok(()),
+            // EPERM: the number names a file epoll cannot poll now (reused).
+            Ok(()) | Err(Errno::NOENT) | Err(Errno::BADF) | Err(Errno::PERM) => Ok(()),
             Err(e) => Err(KernelError::Other(e.into())),
         }
     }

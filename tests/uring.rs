@@ -327,6 +327,46 @@ mod uring_only {
         assert_no_events(&p, 2, Duration::from_millis(1));
     }
 
+    /// A registration known to be half-closed whose number is reused by
+    /// `/dev/null` (dup2), or closed, without a deregister: its next write-only
+    /// arming is what any arming of such a number is on this backend (the private
+    /// epoll refuses both numbers, EPERM and EBADF, and a poll request takes
+    /// over): `/dev/null` is always ready; a closed number's request is dropped
+    /// at submission, and the arm after answers EBADF. (The fuzzer's case:
+    /// `fuzz/regressions/uring_real/half_closed_rearm_of_closed_number`.)
+    #[test]
+    fn half_closed_registration_whose_number_is_reused_or_closed() {
+        const MIN_FD: i32 = 3400; // this test's own range, see `high_dup`
+        for reuse in [true, false] {
+            let p = poller::<Uring>();
+            let (a, b) = socketpair();
+            let s = std::os::unix::net::UnixStream::from(crate::common::high_dup(&a, MIN_FD));
+            drop(a);
+            let t = p.register(&s).unwrap();
+            crate::common::fill(&s);
+            b.shutdown(std::net::Shutdown::Write).unwrap();
+            p.arm(t, Interest::WRITABLE).unwrap();
+            assert_no_events(&p, 3, Duration::from_millis(2));
+            crate::common::drain(&b);
+            assert!(expect_one(&p, t).is_writable(), "reuse {reuse}");
+            let mut n = OwnedFd::from(s);
+            if reuse {
+                crate::common::reuse_number(crate::common::dev_null(), &mut n);
+                p.arm(t, Interest::WRITABLE).unwrap();
+                let ev = expect_one(&p, t);
+                assert!(ev.is_writable() && !ev.is_error(), "{ev:?}");
+                p.deregister(t).unwrap();
+            } else {
+                drop(n);
+                p.arm(t, Interest::WRITABLE).unwrap();
+                assert_no_events(&p, 3, Duration::from_millis(1));
+                // Still armed in the table: another interest reaches the backend.
+                let e = p.arm(t, Interest::READABLE).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+            }
+        }
+    }
+
     /// A shared poller and a socketpair `(a, b)`: `a` registered (token `t`), its
     /// send buffer full, its peer `b` shut down for writing.
     fn full_half_closed() -> (
