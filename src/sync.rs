@@ -1,0 +1,12 @@
+//! The synchronisation primitives that the loom model checks (`src/loom_tests/`):
+//! std's in every build, loom's in the crate's unit tests under `--cfg loom`. Code
+//! that a model exercises takes its atomics from here, and nowhere else.
+//!
+//! Only the unit-test build switches (`all(loom, test)`): loom is a dev-dependency,
+//! and the copy of the library that the integration tests link is built without it.
+
+#[cfg(all(loom, test))]
+pub(crate) use loom::sync::atomic;
+
+#[cfg(not(all(loom, test)))]
+pub(crate) use std::sync::atomic;
