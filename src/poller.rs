@@ -7,13 +7,15 @@ use crate::fork;
 use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
+use crate::sync::atomic::AtomicBool;
+use crate::sync::{Mutex, MutexGuard};
 use crate::table::{Alloc, Entry, Slot, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
@@ -162,6 +164,12 @@ impl<B: Backend> Poller<B> {
             notifies: Notifies::new(),
             forks,
         })
+    }
+
+    /// The backend (the loom model's kernel, `src/loom_tests/`).
+    #[cfg(all(test, loom))]
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.

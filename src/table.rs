@@ -11,13 +11,14 @@
 //! (not including) `FIRST * (2^(c+1) - 1)`; 27 chunks cover every 32-bit slot index.
 
 use crate::state::RegState;
+use crate::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 use slab::Slab;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
 
 /// Slots in the first chunk.
 const FIRST: usize = 64;
@@ -143,7 +144,8 @@ impl Table {
     /// Slot `index` through exclusive access.
     pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Slot> {
         let (chunk, offset) = locate(index);
-        let base = *self.chunks.get_mut(chunk)?.get_mut();
+        // `&mut self`: no other access; a relaxed load reads the last store.
+        let base = self.chunks.get_mut(chunk)?.load(Ordering::Relaxed);
         if base.is_null() {
             return None;
         }
@@ -155,7 +157,7 @@ impl Table {
 impl Drop for Table {
     fn drop(&mut self) {
         for (chunk, p) in self.chunks.iter_mut().enumerate() {
-            let base = *p.get_mut();
+            let base = p.load(Ordering::Relaxed);
             if !base.is_null() {
                 let len = FIRST << chunk;
                 // SAFETY: `base` came from `Box::<[Slot]>::into_raw` of exactly `len`

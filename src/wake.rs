@@ -429,6 +429,36 @@ mod tests {
     }
 
     #[test]
+    fn a_deliver_leaving_queued_synthetic_events_wakes_only_for_another_waiter() {
+        let n = Notifies::new();
+        let me = n.waiting();
+        assert!(n.synthetic_queued(), "a waiter is counted: wake the kernel");
+        assert!(n.synthetic_pending());
+        // Alone: nobody to pass the wake-up to.
+        assert!(!n.leave(Some(me)));
+        // Another thread counted: pass it on, counted or not.
+        let other = n.waiting();
+        let me = n.waiting();
+        assert!(n.leave(Some(me)));
+        assert!(n.leave(None));
+        // Nothing queued: nothing to pass on.
+        n.synthetic_drained();
+        assert!(!n.leave(None));
+        assert!(!n.leave(Some(other)));
+        assert_eq!(n.waiters(), 0);
+    }
+
+    #[test]
+    fn an_arm_wakes_the_kernel_only_for_a_counted_waiter() {
+        let n = Notifies::new();
+        assert!(!n.synthetic_queued());
+        let w = n.waiting();
+        assert!(n.synthetic_queued());
+        drop(w);
+        assert_eq!(n.waiters(), 0);
+    }
+
+    #[test]
     fn a_failed_wake_takes_its_notify_back() {
         let n = Notifies::new();
         assert_eq!(n.notify(|| Err("EIO")), Err("EIO"));
