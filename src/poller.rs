@@ -7,13 +7,15 @@ use crate::fork;
 use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
+use crate::sync::atomic::AtomicBool;
+use crate::sync::{Mutex, MutexGuard};
 use crate::table::{Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
-use crate::wake::Notifies;
+use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
@@ -74,12 +76,12 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     backend: B,
     table: Table,
     /// Synthetic events for always-ready registrations: (slot, generation).
+    /// Whether it is non-empty is `notifies.synthetic_pending()`.
     synthetic: Mutex<Vec<(u32, u32)>>,
-    synthetic_pending: AtomicBool,
     /// While synthetic events are pending, which source fills a deliver's buffer
     /// first alternates: true means the kernel's turn (see `deliver`).
     kernel_turn: AtomicBool,
-    /// Pending notifies and blocked waiters (`src/wake.rs`).
+    /// Pending notifies, blocked waiters, queued synthetic events (`src/wake.rs`).
     notifies: Notifies,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
@@ -158,7 +160,6 @@ impl<B: Backend> Poller<B> {
             backend: B::new()?,
             table: Table::new(),
             synthetic: Mutex::new(Vec::new()),
-            synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
             notifies: Notifies::new(),
             forks,
@@ -451,30 +452,26 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        let queued = self.with_entry("arm", token, |_, state, mut kernel| {
+        let wake = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
             self.count_fallbacks(fb);
             match armed {
-                Ok(Armed::Synthetic) => {
-                    self.queue_synthetic(token.slot(), state.generation());
-                    Ok(true)
-                }
+                Ok(Armed::Synthetic) => Ok(self.queue_synthetic(token.slot(), state.generation())),
                 Ok(_) => Ok(false),
                 Err(e) => Err(error::kernel(e)),
             }
         })?;
-        if queued && self.notifies.waiters() > 0 {
-            // A waiter blocked in the kernel would not see the synthetic event. This
-            // wake-up is not a notify: the wait it ends finds none pending and goes on
-            // to take the synthetic event. With no waiter, the next deliver takes it
-            // (`queue_synthetic` published it before `waiters` was read; `deliver`
-            // counts itself before it reads the queue).
+        if wake {
+            // A waiter blocked in the kernel would not see the synthetic event:
+            // wake it (after the slot's lock is released).
             self.backend.wake()?;
         }
         Ok(())
     }
 
-    fn queue_synthetic(&self, slot: u32, generation: u32) {
+    /// Queues a synthetic event for `slot`; returns whether to wake the kernel (a
+    /// thread counted as waiting may be blocked there: `src/wake.rs`).
+    fn queue_synthetic(&self, slot: u32, generation: u32) -> bool {
         self.backend.counters().one(Count::Synthetic);
         let mut queue = lock(&self.synthetic);
         // At most one entry per slot: an earlier one is for an arming this arm
@@ -484,7 +481,7 @@ impl<B: Backend> Poller<B> {
             Some(entry) => entry.1 = generation,
             None => queue.push((slot, generation)),
         }
-        self.synthetic_pending.store(true, Ordering::SeqCst);
+        self.notifies.synthetic_queued()
     }
 
     /// Disarms the registration without removing it from the kernel: nothing is
@@ -574,101 +571,7 @@ impl<B: Backend> Poller<B> {
         self.check_fork("deliver")?;
         events.clear();
         let deadline = Deadline::new(timeout);
-        loop {
-            let left = deadline.left();
-            // Counted as a waiter before looking at the synthetic queue: an arm
-            // that queues a synthetic event after this load sees the waiter and
-            // wakes the kernel (`arm`; both sides `SeqCst`), so a synthetic event
-            // never waits behind a blocked wait.
-            let _waiting = (left != Some(Duration::ZERO)).then(|| self.notifies.waiting());
-            // While synthetic events are pending, the synthetic queue and the kernel
-            // take turns at filling the buffer first: whichever went first could
-            // fill a small buffer on every call (an always-ready registration
-            // re-armed after each delivery) and starve the other.
-            let pending = self.synthetic_pending.load(Ordering::SeqCst);
-            let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
-            if pending && !kernel_first {
-                self.take_synthetic(events);
-                if events.remaining() == 0 {
-                    return Ok(events.len());
-                }
-            }
-            // Block only if nothing is in hand yet and the synthetic queue has had
-            // its turn.
-            let wait_for = if kernel_first || !events.is_empty() {
-                Some(Duration::ZERO)
-            } else {
-                left
-            };
-            let waited = self.wait_kernel(events, wait_for);
-            if kernel_first {
-                self.take_synthetic(events);
-            }
-            let fetched = match waited {
-                Ok(fetched) => fetched,
-                // EINTR: nothing was fetched by this wait; events in hand are
-                // returned, never dropped.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    if events.is_empty() && !events.is_notified() {
-                        return Err(e);
-                    }
-                    return Ok(events.len());
-                }
-                Err(e) => return Err(e),
-            };
-            if !events.is_empty() || events.is_notified() {
-                return Ok(events.len());
-            }
-            if left == Some(Duration::ZERO) {
-                return Ok(0);
-            }
-            if wait_for == Some(Duration::ZERO) {
-                // Only the synthetic queue's stale entries and a peek at the
-                // kernel: now wait as asked.
-                continue;
-            }
-            if fetched == Fetched::Nothing {
-                // The kernel wait returned with no event and no wake-up: the
-                // timeout passed.
-                return Ok(0);
-            }
-            // Only stale events, or a wake-up that was not a notify (a synthetic
-            // event another deliver took, a merged wake-up): wait for the time left.
-        }
-    }
-
-    /// One backend wait for at most the room left in `events`; current events are
-    /// appended, and a kernel wake-up is checked against the pending notifies.
-    #[inline(always)]
-    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
-        let mut raw = std::mem::take(&mut events.raw);
-        raw.clear();
-        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
-        }
-        let fetched = if raw.is_empty() {
-            Fetched::Nothing
-        } else {
-            Fetched::Events
-        };
-        events.raw = raw;
-        let woken = waited?;
-        if woken {
-            let w = self.notifies.woken();
-            if w.notified {
-                events.set_notified();
-            }
-            if w.pass_on {
-                // More notifies are pending: wake the kernel again, so that the next
-                // waiter gets the next one. The waker's write fails only on misuse
-                // of its descriptor (EBADF); then the notifies stay pending, and are
-                // not reported to this caller, which got what it asked for.
-                let _ = self.backend.wake();
-            }
-            return Ok(Fetched::Woken);
-        }
-        Ok(fetched)
+        wake::deliver(self, events, || deadline.left())
     }
 
     /// Checks kernel events against the table; current ones are delivered.
@@ -729,8 +632,9 @@ impl<B: Backend> Poller<B> {
                 let n = queue.len().min(events.remaining());
                 taken.clear();
                 taken.extend(queue.drain(..n));
-                self.synthetic_pending
-                    .store(!queue.is_empty(), Ordering::Release);
+                if queue.is_empty() {
+                    self.notifies.synthetic_drained();
+                }
             }
             if taken.is_empty() {
                 return;
@@ -834,8 +738,10 @@ impl<B: Backend> Poller<B> {
             .unwrap_or_else(PoisonError::into_inner);
         queue.clear();
         queue.extend(synthetic);
-        *self.synthetic_pending.get_mut() = !queue.is_empty();
         self.notifies.reset();
+        if !queue.is_empty() {
+            self.notifies.synthetic_queued();
+        }
         self.forks = now;
         Ok(())
     }
@@ -865,17 +771,6 @@ impl<B: Backend> Poller<B> {
     pub fn waiters(&self) -> usize {
         self.notifies.waiters()
     }
-}
-
-/// What one backend wait brought, for `deliver`'s decision to return or wait on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fetched {
-    /// No kernel event and no wake-up: the wait timed out.
-    Nothing,
-    /// Kernel events (current or stale), no wake-up.
-    Events,
-    /// The waker fired (a notify, or a wake-up of the poller's own).
-    Woken,
 }
 
 /// A `deliver` call's deadline, taken once on entry.
@@ -931,6 +826,47 @@ fn synthetic_readiness(interest: Interest) -> Readiness {
         r.insert(Readiness::WRITABLE);
     }
     r
+}
+
+/// The loop of [`Poller::deliver`] (`wake::deliver`, shared with the loom model)
+/// runs on this poller's synthetic queue and backend.
+impl<B: Backend> Source for Poller<B> {
+    #[inline(always)]
+    fn notifies(&self) -> &Notifies {
+        &self.notifies
+    }
+
+    #[inline(always)]
+    fn kernel_turn(&self) -> bool {
+        self.kernel_turn.fetch_xor(true, Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn take_synthetic(&self, events: &mut Events) {
+        Poller::take_synthetic(self, events);
+    }
+
+    #[inline(always)]
+    fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
+        let mut raw = std::mem::take(&mut events.raw);
+        raw.clear();
+        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
+        if !raw.is_empty() {
+            self.accept(&raw, events);
+        }
+        let fetched = if raw.is_empty() {
+            Fetched::Nothing
+        } else {
+            Fetched::Events
+        };
+        events.raw = raw;
+        Ok(if waited? { Fetched::Woken } else { fetched })
+    }
+
+    #[inline(always)]
+    fn wake(&self) -> io::Result<()> {
+        self.backend.wake()
+    }
 }
 
 impl<B: Backend> Drop for Poller<B> {

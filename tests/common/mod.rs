@@ -123,6 +123,10 @@ macro_rules! suite {
             wake_4_notifies_end_4_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_notify_storm_without_waiters_costs_one_write,
+            #[cfg(feature = "stats")]
+            wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1,
+            #[cfg(feature = "stats")]
+            wake_always_ready_arm_and_notify_with_2_blocked_delivers,
             wake_fair_64_ready_capacity_8_all_served_within_8_delivers,
             meaning_pipe_writer_whose_reader_closed_is_write_closed,
             meaning_half_close_is_read_closed_only,

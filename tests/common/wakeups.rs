@@ -17,7 +17,7 @@ use super::*;
 use pollshot::Interest;
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 
 /// Trials of each racy scenario.
@@ -419,6 +419,115 @@ pub fn wake_notify_storm_without_waiters_costs_one_write<B: Backend>() {
     assert!(events.is_notified());
     p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
     assert!(!events.is_notified(), "one pending notify, consumed once");
+}
+
+/// What a deliver returned: the tokens it delivered, and whether it was notified.
+type Returned = (Vec<Token>, bool);
+
+/// One `deliver(None)` on each of `n` threads with room for `capacity` events;
+/// each sends `(tokens delivered, notified)` when it returns.
+#[cfg(feature = "stats")]
+fn blocked_delivers<B: Backend>(
+    p: &Arc<Poller<B>>,
+    n: usize,
+    capacity: usize,
+) -> (mpsc::Receiver<Returned>, Vec<thread::JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel();
+    let threads = (0..n)
+        .map(|_| {
+            let (p, tx) = (Arc::clone(p), tx.clone());
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(capacity);
+                p.deliver(&mut events, None).expect("deliver");
+                let tokens = events.iter().map(|e| e.token()).collect();
+                let _ = tx.send((tokens, events.is_notified()));
+            })
+        })
+        .collect();
+    until_waiters(p, n);
+    (rx, threads)
+}
+
+/// Found by the loom model (`src/loom_tests/`): two threads blocked in
+/// `deliver(None)` with room for one event each, and two always-ready
+/// registrations (regular files) armed back to back. The two arms' wake-ups merge
+/// into one; the thread it reaches takes one event and returns with the other
+/// still queued. That thread must pass the wake-up on as it leaves: each deliver
+/// returns with one event. 20 trials.
+#[cfg(feature = "stats")]
+pub fn wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1<B: Backend>() {
+    let p = Arc::new(poller::<B>());
+    let files = [regular_file(), regular_file()];
+    let tokens: Vec<Token> = files.iter().map(|f| p.register(f).unwrap()).collect();
+    for trial in 0..TRIALS {
+        let (rx, threads) = blocked_delivers(&p, 2, 1);
+        for &t in &tokens {
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            match rx.recv_timeout(LOST_AFTER) {
+                Ok((t, notified)) => {
+                    assert!(!notified, "trial {trial}: nobody notified");
+                    got.extend(t);
+                }
+                Err(_) => break,
+            }
+        }
+        if got.len() < 2 {
+            // Release the deliver left blocked before failing.
+            p.notify().unwrap();
+        }
+        for h in threads {
+            h.join().unwrap();
+        }
+        got.sort();
+        let mut want = tokens.clone();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "trial {trial}: a deliver stayed blocked with an event queued"
+        );
+    }
+}
+
+/// Found by the loom model (`src/loom_tests/`): two threads blocked in
+/// `deliver(None)`; an always-ready registration (a regular file) armed and a
+/// notify, back to back. Their wake-ups merge into one; the thread it reaches
+/// takes the notify and returns. The event must still be delivered (to the other
+/// thread, which that one wakes as it leaves, or to the same call), and the notify
+/// consumed once. 20 trials, each on a new poller.
+#[cfg(feature = "stats")]
+pub fn wake_always_ready_arm_and_notify_with_2_blocked_delivers<B: Backend>() {
+    for trial in 0..TRIALS {
+        let p = Arc::new(poller::<B>());
+        let file = regular_file();
+        let t = p.register(&file).unwrap();
+        let (rx, threads) = blocked_delivers(&p, 2, 8);
+        p.arm(t, Interest::READABLE).unwrap();
+        p.notify().unwrap();
+        let (mut events, mut notifies, mut returned) = (Vec::new(), 0, 0);
+        while events.is_empty() || notifies == 0 {
+            let Ok((tokens, notified)) = rx.recv_timeout(LOST_AFTER) else {
+                break;
+            };
+            returned += 1;
+            events.extend(tokens);
+            notifies += notified as usize;
+        }
+        if returned < 2 {
+            // One call took both: the other is still blocked, as it may be.
+            p.notify().unwrap();
+        }
+        for h in threads {
+            h.join().unwrap();
+        }
+        assert_eq!(
+            (events, notifies),
+            (vec![t], 1),
+            "trial {trial}: the event and the notify, each once"
+        );
+    }
 }
 
 /// Issue 8.5: 64 socketpairs with one unread byte each, all armed readable, a
