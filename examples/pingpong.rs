@@ -1,6 +1,7 @@
 //! pingpong: the main job. P socketpairs, T threads delivering on one shared
 //! `Poller`, R round trips of 64 bytes; for every backend compiled on this OS it
-//! prints round trips per second and system calls per round trip by kind.
+//! prints round trips per second, the reads that found nothing (EAGAIN after a
+//! delivery), and system calls per round trip by kind.
 //!
 //! ```text
 //! cargo run --release --example pingpong [-- --pairs P --threads T --rounds R --backend NAME]
@@ -69,6 +70,9 @@ struct Shared<B: Backend> {
 struct Counts {
     round_trips: u64,
     reads: u64,
+    /// Reads after a delivery that found nothing (EAGAIN): a delivery that did
+    /// not describe the descriptor's state when it was handled.
+    empty_reads: u64,
     writes: u64,
 }
 
@@ -99,9 +103,9 @@ impl<B: Backend> Shared<B> {
                 ))
             }
             Ok(n) => st.have += n,
-            // Nothing there after all (cannot happen with oneshot, but harmless):
-            // arm again.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // Nothing there after all: a delivery that did not describe the
+            // descriptor when it was handled (counted and printed); arm again.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => counts.empty_reads += 1,
             Err(e) => return Err(e),
         }
         if st.have == MSG {
@@ -223,6 +227,7 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
         let c = h.join().expect("a delivering thread panicked")?;
         total.round_trips += c.round_trips;
         total.reads += c.reads;
+        total.empty_reads += c.empty_reads;
         total.writes += c.writes;
     }
     let secs = start.elapsed().as_secs_f64();
@@ -244,8 +249,10 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
     let writes = total.writes as f64 / rt;
     let name = shared.poller.backend_name();
     let head = format!(
-        "{name:<9} P={pairs} T={threads}  {:>8.0} round trips/s  syscalls/round trip: ",
-        rt / secs.max(1e-9)
+        "{name:<9} P={pairs} T={threads}  {:>8.0} round trips/s  EAGAIN reads {} of {}  syscalls/round trip: ",
+        rt / secs.max(1e-9),
+        total.empty_reads,
+        total.reads
     );
 
     #[cfg(feature = "stats")]
@@ -275,10 +282,11 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
             _ => (format!("arms in memory, no syscall {commands}"), "poll"),
         };
         format!(
-            "{:.2} ({ctl}, {wait} {:.2}, wake {:.2}, read {reads:.2}, write {writes:.2})",
+            "{:.2} ({ctl}, {wait} {:.2}, wake {:.2}, read {reads:.2}, write {writes:.2}); stale events dropped {}",
             per(s.syscalls()) + reads + writes,
             per(s.waits),
             per(s.wakes + s.wake_reads),
+            s.stale,
         )
     };
     #[cfg(not(feature = "stats"))]

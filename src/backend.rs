@@ -92,6 +92,16 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// such; the state machine treats them as success.
     fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
 
+    /// Row "in kernel, deregister" for a registration that a new registration of
+    /// the same descriptor number supersedes (`Poller::register`): the number was
+    /// closed and reused, or registered twice, and already belongs to the new
+    /// registration. The default is [`delete`](Self::delete); kqueue lets the
+    /// delete ride with the new registration's first command on that number.
+    #[inline]
+    fn delete_superseded(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.delete(fd, tag)
+    }
+
     /// Called after the poller accepted a delivery for `fd` that completes an arming
     /// for `interest` and reported `readiness`. A backend whose kernel disarmed only
     /// part of the registration (kqueue: the filter that fired) quiets the rest here.

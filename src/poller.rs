@@ -91,6 +91,8 @@ struct FdKernel<'a, B> {
     fd: RawFd,
     slot: u32,
     incarnation: u32,
+    /// A deregistration by `register` of the same number (not by `deregister`).
+    superseded: bool,
 }
 
 impl<B> FdKernel<'_, B> {
@@ -117,7 +119,11 @@ impl<B: Backend> Kernel for FdKernel<'_, B> {
         self.backend.quiet(self.fd, self.tag(generation))
     }
     fn delete(&mut self) -> Result<(), KernelError> {
-        self.backend.delete(self.fd, self.tag(0))
+        if self.superseded {
+            self.backend.delete_superseded(self.fd, self.tag(0))
+        } else {
+            self.backend.delete(self.fd, self.tag(0))
+        }
     }
 }
 
@@ -259,7 +265,7 @@ impl<B: Backend> Poller<B> {
             // kernel holds under this number (ENOENT/EBADF: nothing), free the slot.
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
             // whose events carry the old slot's generation: dropped as stale.
-            let _superseded = self.free(&mut alloc, old);
+            let _superseded = self.free(&mut alloc, old, true);
         }
         if alloc.slab.len() >= MAX_SLOTS {
             return Err(io::Error::new(
@@ -283,7 +289,8 @@ impl<B: Backend> Poller<B> {
     /// Removes slot `slot` from the table, deleting it from the kernel if there.
     /// The caller holds the allocation lock; the slot's lock is held across the
     /// kernel's delete, so a racing arm then finds the slot empty (`NotFound`).
-    fn free(&self, alloc: &mut Alloc, slot: usize) -> io::Result<()> {
+    /// `superseded`: a new registration of the same number replaces it.
+    fn free(&self, alloc: &mut Alloc, slot: usize, superseded: bool) -> io::Result<()> {
         let fd = alloc.slab.remove(slot);
         if alloc.by_fd.get(&fd) == Some(&slot) {
             alloc.by_fd.remove(&fd);
@@ -300,6 +307,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: slot as u32,
             incarnation: entry.token.incarnation(),
+            superseded,
         });
         cell.set_next_generation(alloc, entry.state.generation());
         drop(guard);
@@ -327,6 +335,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: token.slot(),
             incarnation: token.incarnation(),
+            superseded: false,
         };
         f(entry.fd, &mut entry.state, kernel)
     }
@@ -450,7 +459,7 @@ impl<B: Backend> Poller<B> {
             .get(token.index())
             .is_some_and(|cell| matches!(&*cell.lock(), Some(e) if e.token == token));
         if live {
-            self.free(&mut alloc, token.index())
+            self.free(&mut alloc, token.index(), false)
         } else {
             Err(error::unknown_token("deregister", token))
         }
@@ -613,8 +622,11 @@ impl<B: Backend> Poller<B> {
                 counters.one(Count::Stale);
                 continue;
             };
+            // Current: the stamp names the arming in force (the generation), or
+            // the registration (the incarnation, where the table's phase
+            // decides). Only a current event may be merged into a delivery.
             let (tag, current) = if B::TAG_IS_GENERATION {
-                (Some(ev.stamp), true)
+                (Some(ev.stamp), ev.stamp == entry.state.generation())
             } else {
                 (None, ev.stamp == stamp_of(entry.token))
             };
@@ -750,6 +762,7 @@ impl<B: Backend> Poller<B> {
                     fd: entry.fd,
                     slot: slot as u32,
                     incarnation: entry.token.incarnation(),
+                    superseded: false,
                 },
                 &mut fb,
             );

@@ -1,26 +1,54 @@
-//! The backend's bookkeeping, under its one mutex ([`Shared`]): the change records
+//! The backend's bookkeeping, under its one mutex ([`Queue`]): the change records
 //! queued to ride on the next waiting call, the records handed to `kevent` calls
 //! that have not returned (so that changes to one descriptor reach the kernel in
-//! the order they were made), the backend's view of each registration, and the rule
-//! that decides how a command's records travel ([`Shared::route`]). No system call
-//! is made here: `backend.rs` makes them.
+//! the order they were made), the backend's view of each registration, and the
+//! rules that decide how a command's records travel ([`Shared::route`],
+//! [`Queue::drain`]). No system call is made here: `backend.rs` makes them.
+//!
+//! # Ownership
+//!
+//! Every record is routed (queued, or held as in flight) under the same lock
+//! acquisition that made it, so a record exists only while its registration's
+//! view does. A deregistration removes the view, then [`Queue::drain`]s its
+//! descriptor: it waits until no call carries a record of it (waking a blocked
+//! waiter that does), keeps waiters from carrying its queued records meanwhile,
+//! and then takes those queued records ahead of its own `EV_DELETE`s into one
+//! change-only call that it makes itself. When `deregister` returns, no record of
+//! that descriptor is queued or in any `kevent` call: nothing the poller sends
+//! later can land on a new description that reuses the number.
+//!
+//! The module compiles on every target (it is pure bookkeeping) so that its
+//! ordering and ownership rules are model-checked with loom on Linux
+//! (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`); the one
+//! std/loom switch is [`sync`].
 
 use super::changes::{Action, Change, Filter, Filters, Knotes};
 use crate::backend::{RawEvent, Tag};
-use crate::token::{incarnation_in_usize, unpack_usize};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
+use std::sync::PoisonError;
+
+/// The synchronisation primitives: std's, or loom's under `--cfg loom`.
+pub(super) mod sync {
+    #[cfg(loom)]
+    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+}
+
+use sync::{Condvar, Mutex, MutexGuard};
 
 /// Queued changes past which the queue is flushed by change-only calls, so a
 /// thread that changes registrations without ever waiting cannot grow it.
 const QUEUE_MAX: usize = 1024;
 
-/// A change record and whose it is: the registration's slot and the sequence
-/// number of the command that made it (see [`View::seq`]).
+/// A change record and whose it is: the registration's slot and incarnation, and
+/// the sequence number of the command that made it (see [`View::seq`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Record {
     pub(super) change: Change,
     pub(super) slot: u32,
+    pub(super) incarnation: u32,
     pub(super) seq: u32,
 }
 
@@ -32,6 +60,7 @@ pub(super) const NO_RECORD: Record = Record {
         udata: 0,
     },
     slot: 0,
+    incarnation: 0,
     seq: 0,
 };
 
@@ -43,6 +72,10 @@ pub(super) struct View {
     /// Bumped by every command: an answer or an event read for an older
     /// sequence number no longer describes the registration.
     pub(super) seq: u32,
+    /// The stamp a kernel event of the arming in force carries in `udata`: the
+    /// arming generation where the kernel stores `udata` on `EV_ENABLE`
+    /// (`sys::UDATA_IS_GENERATION`), else the incarnation.
+    pub(super) stamp: u32,
     /// The sequence number when a kernel event was last read for it, and the
     /// filters read since (`EV_DISPATCH` disabled them).
     pub(super) fired_at: Option<u32>,
@@ -64,6 +97,12 @@ pub(super) struct Shared {
     /// Events for the next wait: error events for refused changes found outside
     /// a wait, and kernel events a wait had no room for.
     pub(super) deferred: Vec<RawEvent>,
+    /// Descriptors a deregistration is draining ([`Queue::drain`]), once per
+    /// draining thread.
+    draining: Vec<RawFd>,
+    /// Descriptors whose queued records wait for the next command on the number
+    /// ([`Shared::hold_back`]).
+    held_back: Vec<RawFd>,
 }
 
 /// Records of one descriptor in calls that have not returned.
@@ -72,6 +111,8 @@ struct Held {
     all: u32,
     /// Those whose order matters: adds, disables, deletes.
     ordered: u32,
+    /// Those carried by a waiting call, which may block until it is woken.
+    carried: u32,
 }
 
 impl Shared {
@@ -88,11 +129,65 @@ impl Shared {
         }
     }
 
-    pub(super) fn view(&mut self, tag: Tag) -> &mut View {
+    /// Whether a waiting call may carry the queued record `r` now: it may go
+    /// ([`Shared::clear_to_go`]) and no deregistration is draining its descriptor.
+    pub(super) fn may_carry(&self, r: &Record) -> bool {
+        let fd = r.change.fd;
+        self.clear_to_go(r) && !self.draining.contains(&fd) && !self.held_back.contains(&fd)
+    }
+
+    /// Queues `own` (the `EV_DELETE`s of a registration that a new registration
+    /// of the same number supersedes) to reach the kernel in one call with the
+    /// next command on that number (the new registration's first arm, always
+    /// submitted at once, or its deregistration), not carried alone by a wait.
+    ///
+    /// The number already names the new registration's descriptor, so the
+    /// deletes act on it whenever they land; what matters is that they land
+    /// before that registration's first `EV_ADD`, which the queue's order per
+    /// descriptor ensures. In one call with it they also leave libkqueue no gap
+    /// to reuse the state it frees for an orphaned epoll entry (a description
+    /// closed without `EV_DELETE` that a dup keeps open): that entry keeps
+    /// pointing at the freed state, and a later allocation there would take the
+    /// orphan's events.
+    pub(super) fn hold_back(&mut self, own: &[Record]) {
+        let Some(fd) = own.first().map(|r| r.change.fd) else {
+            return;
+        };
+        self.pending.extend(own.iter().copied());
+        if !self.held_back.contains(&fd) {
+            self.held_back.push(fd);
+        }
+    }
+
+    /// The records of `fd` held back ([`Shared::hold_back`]) go with whatever
+    /// routes next for `fd`.
+    fn release_held_back(&mut self, fd: RawFd) {
+        if let Some(i) = self.held_back.iter().position(|&d| d == fd) {
+            self.held_back.swap_remove(i);
+        }
+    }
+
+    /// Whether any record of `fd` is in a call that has not returned.
+    pub(super) fn in_flight(&self, fd: RawFd) -> bool {
+        self.inflight.contains_key(&fd)
+    }
+
+    /// Whether a deregistration waits for a record carried by a waiting call:
+    /// then a wake-up must reach that call ([`Queue::drain`]), and a waiter that
+    /// took a wake-up meant for another passes it on.
+    pub(super) fn drain_needs_wake(&self) -> bool {
+        self.draining
+            .iter()
+            .any(|fd| self.inflight.get(fd).is_some_and(|h| h.carried > 0))
+    }
+
+    /// The view of `tag`'s registration, made fresh if the slot held another.
+    pub(super) fn view(&mut self, tag: Tag, stamp: u32) -> &mut View {
         let fresh = |seq| View {
             incarnation: tag.incarnation,
             knotes: Knotes::NONE,
             seq,
+            stamp,
             fired_at: None,
             fired: Filters::NONE,
         };
@@ -106,26 +201,34 @@ impl Shared {
 
     /// The view `rec` was made for, if no later command changed it.
     pub(super) fn current(&mut self, rec: &Record) -> Option<&mut View> {
-        let inc = unpack_usize(rec.change.udata).1;
         self.views
             .get_mut(&rec.slot)
-            .filter(|v| incarnation_in_usize(v.incarnation) == inc && v.seq == rec.seq)
+            .filter(|v| v.incarnation == rec.incarnation && v.seq == rec.seq)
     }
 
-    pub(super) fn hold(&mut self, r: &Record) {
+    /// Marks `r` as in a call that has not returned; `carried`: by a waiting call.
+    pub(super) fn hold(&mut self, r: &Record, carried: bool) {
         let h = self.inflight.entry(r.change.fd).or_default();
         h.all += 1;
         h.ordered += u32::from(r.change.action != Action::Enable);
+        h.carried += u32::from(carried);
     }
 
-    pub(super) fn release(&mut self, r: &Record) {
-        if let Some(h) = self.inflight.get_mut(&r.change.fd) {
-            h.all -= 1;
-            h.ordered -= u32::from(r.change.action != Action::Enable);
-            if h.all == 0 {
-                self.inflight.remove(&r.change.fd);
-            }
+    /// The call holding `r` returned. Returns whether a deregistration may be
+    /// waiting for this (the caller then wakes it: [`Queue::released`]).
+    pub(super) fn release(&mut self, r: &Record, carried: bool) -> bool {
+        let fd = r.change.fd;
+        let Some(h) = self.inflight.get_mut(&fd) else {
+            return false;
+        };
+        h.all -= 1;
+        h.ordered -= u32::from(r.change.action != Action::Enable);
+        h.carried -= u32::from(carried);
+        if h.all == 0 {
+            self.inflight.remove(&fd);
+            return self.draining.contains(&fd);
         }
+        false
     }
 
     /// Takes queued records for a change-only call: those of `fd`, or (when the
@@ -142,6 +245,8 @@ impl Shared {
             if f == fd
                 || (all
                     && !self.inflight.contains_key(&f)
+                    && !self.draining.contains(&f)
+                    && !self.held_back.contains(&f)
                     && !rest.iter().any(|q: &Record| q.change.fd == f))
             {
                 batch.push(r);
@@ -158,7 +263,8 @@ impl Shared {
         out.extend(self.deferred.drain(..n));
     }
 
-    /// Decides how `own` (records for one descriptor) travel. Under the lock.
+    /// Decides how `own` (records for one descriptor) travel. Under the lock
+    /// that made them.
     ///
     /// - its descriptor has records in a `kevent` call that has not returned,
     ///   which it may not overtake ([`Shared::clear_to_go`]): queue behind them
@@ -166,10 +272,13 @@ impl Shared {
     /// - it adds a knote, or a thread is blocked in `kevent`, or the queue is
     ///   full: submit now, the descriptor's queued records first;
     /// - otherwise: queue, to ride on the next waiting call.
+    ///
+    /// A deregistration's `EV_DELETE`s never come here: see [`Queue::drain`].
     pub(super) fn route(&mut self, own: &[Record]) -> Route {
         let Some(fd) = own.first().map(|r| r.change.fd) else {
             return Route::Queued { wake: false };
         };
+        self.release_held_back(fd);
         let adds = own.iter().any(|r| r.change.action == Action::Add);
         if !own.iter().all(|r| self.clear_to_go(r)) {
             self.pending.extend(own.iter().copied());
@@ -181,15 +290,98 @@ impl Shared {
             self.pending.extend(own.iter().copied());
             return Route::Queued { wake: false };
         }
+        Route::Now(self.submit_with_queued(own))
+    }
+
+    /// The batch for a change-only call now: the queued records of `own`'s
+    /// descriptor (`fd` when `own` is empty) first, then `own`; all held as in
+    /// flight.
+    fn submit_with_queued_of(&mut self, fd: RawFd, own: &[Record]) -> Batch {
         let mut batch = Batch::new();
         self.take_pending(fd, &mut batch);
         for r in own {
             batch.push(*r);
         }
         for r in batch.as_slice() {
-            self.hold(r);
+            self.hold(r, false);
         }
-        Route::Now(batch)
+        batch
+    }
+
+    fn submit_with_queued(&mut self, own: &[Record]) -> Batch {
+        self.submit_with_queued_of(own[0].change.fd, own)
+    }
+}
+
+/// [`Shared`] behind its mutex, and the condition a draining deregistration
+/// waits on.
+pub(super) struct Queue {
+    shared: Mutex<Shared>,
+    /// Signalled when a descriptor that a deregistration drains has no record in
+    /// flight any more.
+    released: Condvar,
+}
+
+impl Queue {
+    pub(super) fn new() -> Queue {
+        Queue {
+            shared: Mutex::new(Shared::default()),
+            released: Condvar::new(),
+        }
+    }
+
+    /// Locks the bookkeeping.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Every update under this lock completes before it is released: a panic
+        // elsewhere leaves nothing half-done.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the deregistrations waiting in [`Queue::drain`]; call it when
+    /// [`Shared::release`] said so.
+    pub(super) fn released(&self) {
+        self.released.notify_all();
+    }
+
+    /// For a deregistration of `fd`, whose view the caller removed under `sh`
+    /// (so no new record of `fd` can be made): waits until no record of `fd` is
+    /// in a `kevent` call, calling `wake` (once, unlocked) if a waiting call
+    /// carries one, and returns the batch to submit at once: the queued records
+    /// of `fd`, then `own` (its `EV_DELETE`s), held as in flight. While it
+    /// waits, waiting calls leave `fd`'s queued records in the queue.
+    pub(super) fn drain<'a>(
+        &'a self,
+        mut sh: MutexGuard<'a, Shared>,
+        fd: RawFd,
+        own: &[Record],
+        mut wake: impl FnMut(),
+    ) -> (MutexGuard<'a, Shared>, Batch) {
+        sh.draining.push(fd);
+        let mut woken = false;
+        while sh.in_flight(fd) {
+            if !woken && sh.drain_needs_wake() {
+                woken = true;
+                drop(sh);
+                wake();
+                sh = self.lock();
+                continue;
+            }
+            sh = self
+                .released
+                .wait(sh)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if let Some(i) = sh.draining.iter().position(|&d| d == fd) {
+            sh.draining.swap_remove(i);
+        }
+        sh.release_held_back(fd);
+        let batch = sh.submit_with_queued_of(fd, own);
+        (sh, batch)
+    }
+
+    /// Replaces the bookkeeping with an empty one (a forked child's new kqueue).
+    pub(super) fn reset(&self) {
+        *self.lock() = Shared::default();
     }
 }
 
@@ -234,4 +426,41 @@ pub(super) enum Route {
     Queued { wake: bool },
     /// Submit now, in this order (queued records of the descriptor first).
     Now(Batch),
+}
+
+/// Records routed outside a command (re-adds after ENOENT, the quiet after a
+/// delivery): the batches to submit once the lock is released, and whether a
+/// blocked waiter must be woken to carry what was queued.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    pub(super) batches: Vec<Batch>,
+    pub(super) wake: bool,
+}
+
+impl Outbox {
+    /// Routes `records` (of any descriptors, in order) under the lock that made
+    /// them, one group per descriptor.
+    pub(super) fn route(&mut self, sh: &mut Shared, records: &[Record]) {
+        let mut fds: Vec<RawFd> = Vec::new();
+        for r in records {
+            if !fds.contains(&r.change.fd) {
+                fds.push(r.change.fd);
+            }
+        }
+        for fd in fds {
+            let group: Vec<Record> = records
+                .iter()
+                .filter(|r| r.change.fd == fd)
+                .copied()
+                .collect();
+            match sh.route(&group) {
+                Route::Queued { wake } => self.wake |= wake,
+                Route::Now(batch) => self.batches.push(batch),
+            }
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.batches.is_empty() && !self.wake
+    }
 }
