@@ -18,7 +18,6 @@ use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::unpack_usize;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::collections::VecDeque;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -148,15 +147,7 @@ impl Kqueue {
                 answer(c * CHUNK + i, e.unwrap_or(libc::EIO));
             }
         }
-        let mut sh = self.shared();
-        let mut drained = false;
-        for r in batch {
-            drained |= sh.release(r, false);
-        }
-        drop(sh);
-        if drained {
-            self.queue.released();
-        }
+        self.queue.release_batch(batch);
     }
 
     /// Makes a blocked (or the next) `kevent` return: trigger the user event or
@@ -334,39 +325,17 @@ impl Driver for Kqueue {
         loop {
             // Enter: take the queue (it rides on this call) and count as a waiter.
             // A record whose descriptor is in another thread's call stays queued
-            // (it must reach the kernel after that call's records).
+            // (it must reach the kernel after that call's records), and so does
+            // one of a descriptor being deregistered (`Queue::drain`).
             let mut carried = [NO_RECORD; CARRY];
-            let mut ncarried = 0;
-            {
+            let ncarried = {
                 let mut sh = self.shared();
                 sh.take_deferred(out, max.saturating_sub(out.len()));
                 if out.len() >= max {
                     return Ok(false);
                 }
-                let mut skipped = VecDeque::new();
-                while ncarried < CARRY {
-                    let Some(r) = sh.pending.pop_front() else {
-                        break;
-                    };
-                    let fd = r.change.fd;
-                    // Records of one descriptor keep their order: once one is
-                    // skipped, so are the ones after it. A descriptor being
-                    // deregistered keeps its records here for the deregistration.
-                    if !sh.may_carry(&r) || skipped.iter().any(|s: &Record| s.change.fd == fd) {
-                        skipped.push_back(r);
-                        continue;
-                    }
-                    carried[ncarried] = r;
-                    ncarried += 1;
-                }
-                while let Some(r) = skipped.pop_back() {
-                    sh.pending.push_front(r);
-                }
-                for r in &carried[..ncarried] {
-                    sh.hold(r, true);
-                }
-                sh.waiters += 1;
-            }
+                sh.enter_wait(&mut carried)
+            };
             let carried = &carried[..ncarried];
             let mut list = [MaybeUninit::<KEvent>::uninit(); CARRY];
             for (slot, r) in list.iter_mut().zip(carried) {
@@ -397,18 +366,12 @@ impl Driver for Kqueue {
             let mut woke = false;
             let mut outbox = Outbox::default();
             let mut refused = Vec::new();
-            let mut drained = false;
+            let drained;
             let mut wake_others;
             {
                 let mut sh = self.shared();
-                sh.waiters -= 1;
-                for r in carried {
-                    drained |= sh.release(r, true);
-                    if reverify && again(&r) {
-                        // Re-asked below, in a change-only call of its own.
-                        sh.hold(r, false);
-                    }
-                }
+                // What is re-asked below stays held, for a change-only call.
+                drained = sh.leave_wait(carried, |r| reverify && again(&r));
                 let mut errors = Vec::new();
                 pair(carried, entries, |i, errno| errors.push((i, errno)));
                 for (i, errno) in errors {

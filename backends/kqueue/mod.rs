@@ -22,7 +22,9 @@
 //!     on the kernel's answers;
 //!   - `queue.rs`, the bookkeeping under the backend's mutex: the change queue,
 //!     the records in calls that have not returned, the views of registrations,
-//!     and the routing rule (queue or submit now). No system call.
+//!     the routing rule (queue or submit now) and the drain of a deregistered
+//!     descriptor. No system call; compiled on every target and model-checked
+//!     with loom (`queue_loom.rs`).
 //!
 //! # What the kernel is told
 //!
@@ -95,7 +97,8 @@ pub(crate) mod changes;
 mod backend;
 #[cfg(pollshot_kqueue)]
 mod command;
-#[cfg(pollshot_kqueue)]
+// Pure bookkeeping, compiled everywhere so that loom can check it on any host.
+#[allow(dead_code)]
 mod queue;
 #[cfg(pollshot_kqueue)]
 mod sys;
@@ -107,3 +110,5 @@ pub use self::backend::Kqueue;
 mod changes_tests;
 #[cfg(test)]
 mod parity_tests;
+#[cfg(all(test, loom))]
+mod queue_loom;

@@ -28,11 +28,12 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::PoisonError;
 
-/// The synchronisation primitives: std's, or loom's under `--cfg loom`.
+/// The synchronisation primitives: std's, or loom's in the `--cfg loom` unit
+/// tests (`queue_loom.rs`). The one place the switch is made.
 pub(super) mod sync {
-    #[cfg(loom)]
+    #[cfg(all(test, loom))]
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
-    #[cfg(not(loom))]
+    #[cfg(not(all(test, loom)))]
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 }
 
@@ -257,6 +258,57 @@ impl Shared {
         self.pending = rest;
     }
 
+    /// A waiting call enters: it takes the queued records it may carry
+    /// ([`Shared::may_carry`]), at most `carried.len()`, in queue order (once a
+    /// record of a descriptor stays queued, so do the later ones of that
+    /// descriptor), holds them as carried, and counts as a waiter. Returns how
+    /// many it took into `carried`.
+    pub(super) fn enter_wait(&mut self, carried: &mut [Record]) -> usize {
+        let mut n = 0;
+        let mut skipped = VecDeque::new();
+        while n < carried.len() {
+            let Some(r) = self.pending.pop_front() else {
+                break;
+            };
+            let fd = r.change.fd;
+            if !self.may_carry(&r) || skipped.iter().any(|s: &Record| s.change.fd == fd) {
+                skipped.push_back(r);
+                continue;
+            }
+            carried[n] = r;
+            n += 1;
+        }
+        while let Some(r) = skipped.pop_back() {
+            self.pending.push_front(r);
+        }
+        for r in &carried[..n] {
+            self.hold(r, true);
+        }
+        self.waiters += 1;
+        n
+    }
+
+    /// The waiting call that carried `carried` left `kevent`: it no longer
+    /// counts as a waiter and its records are released, except those for which
+    /// `again` says yes, which stay held (not carried) for a change-only call
+    /// that repeats them. Returns whether a deregistration may be waiting for
+    /// this ([`Queue::released`]).
+    pub(super) fn leave_wait(
+        &mut self,
+        carried: &[Record],
+        again: impl Fn(&Record) -> bool,
+    ) -> bool {
+        self.waiters -= 1;
+        let mut drained = false;
+        for r in carried {
+            drained |= self.release(r, true);
+            if again(r) {
+                self.hold(r, false);
+            }
+        }
+        drained
+    }
+
     /// Moves up to `room` deferred events to `out`.
     pub(super) fn take_deferred(&mut self, out: &mut Vec<RawEvent>, room: usize) {
         let n = self.deferred.len().min(room);
@@ -341,6 +393,21 @@ impl Queue {
     /// [`Shared::release`] said so.
     pub(super) fn released(&self) {
         self.released.notify_all();
+    }
+
+    /// The change-only call that carried `batch` (held as in flight by
+    /// [`Shared::route`] or [`Queue::drain`]) returned: releases it, and wakes a
+    /// deregistration that waited for it.
+    pub(super) fn release_batch(&self, batch: &[Record]) {
+        let mut sh = self.lock();
+        let mut drained = false;
+        for r in batch {
+            drained |= sh.release(r, false);
+        }
+        drop(sh);
+        if drained {
+            self.released();
+        }
     }
 
     /// For a deregistration of `fd`, whose view the caller removed under `sh`
