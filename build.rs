@@ -16,8 +16,11 @@ use std::env;
 use std::path::Path;
 use std::process::Command;
 
+include!("build/kqueue_os.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/kqueue_os.rs");
     println!("cargo:rerun-if-env-changed=LIBKQUEUE_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
@@ -27,19 +30,8 @@ fn main() {
     let linux = os == "linux";
 
     // `pollshot_kqueue`: the kqueue backend's system-call layer is compiled (the
-    // BSDs and Apple, or Linux against libkqueue). The one place that list lives.
-    let kqueue_os = matches!(
-        os.as_str(),
-        "freebsd"
-            | "netbsd"
-            | "openbsd"
-            | "dragonfly"
-            | "macos"
-            | "ios"
-            | "tvos"
-            | "watchos"
-            | "visionos"
-    );
+    // BSDs and Apple, or Linux against libkqueue).
+    let kqueue_os = is_kqueue_os(&os);
     if kqueue_os || (libkqueue && linux) {
         println!("cargo:rustc-cfg=pollshot_kqueue");
     }

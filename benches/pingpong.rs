@@ -14,6 +14,7 @@
 //! | name | what |
 //! |---|---|
 //! | `pollshot-epoll`, `pollshot-kqueue`, `pollshot-blocking` | T threads delivering on one `pollshot::Poller` of that backend |
+//! | `pollshot-uring` | the same on the io_uring backend (Linux, `--features io-uring`) |
 //! | `…-sharded` | one poller per thread, each pair on one of them |
 //! | `polling` | `polling` 3.x, oneshot mode, re-armed with `modify`, T threads on one poller |
 //! | `mio` | `mio` 1.x, edge-triggered, one `Poll` per thread, drained to `WouldBlock` |
@@ -799,6 +800,19 @@ fn impls() -> Vec<(&'static str, Runner, bool)> {
         v.push((
             "pollshot-epoll-sharded",
             |n, c| run_mux::<Pollshot<pollshot::backends::Epoll>>(n, c, true),
+            true,
+        ));
+    }
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    {
+        v.push((
+            "pollshot-uring",
+            |n, c| run_mux::<Pollshot<pollshot::backends::Uring>>(n, c, false),
+            false,
+        ));
+        v.push((
+            "pollshot-uring-sharded",
+            |n, c| run_mux::<Pollshot<pollshot::backends::Uring>>(n, c, true),
             true,
         ));
     }

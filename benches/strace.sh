@@ -32,7 +32,10 @@ if ! command -v strace >/dev/null; then
     exit 0
 fi
 
-BIN=$(cargo bench --bench pingpong --no-run --message-format=json 2>/dev/null \
+# On Linux the io_uring backend (pollshot-uring) is built in too.
+FEATURES=()
+[ "$(uname -s)" = Linux ] && FEATURES=(--features io-uring)
+BIN=$(cargo bench "${FEATURES[@]}" --bench pingpong --no-run --message-format=json 2>/dev/null \
     | grep -o '"executable":"[^"]*"' | grep pingpong | tail -1 | cut -d'"' -f4)
 if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
     echo "strace.sh: could not build the pingpong bench" >&2
@@ -57,8 +60,8 @@ run() {
 }
 
 echo "system calls per round trip (strace -f -c, marginal between $R1 and $R2 round trips), P=$P T=$T"
-printf '%-26s %8s %8s %9s %9s %7s %7s %6s %6s %6s %8s %7s %7s %9s\n' \
-    implementation recvfrom sendto epoll_ctl epoll_wait poll kevent read write futex timerfd other total ctl/cycle
+printf '%-26s %8s %8s %9s %9s %7s %7s %6s %6s %6s %8s %11s %7s %7s %9s\n' \
+    implementation recvfrom sendto epoll_ctl epoll_wait poll kevent read write futex timerfd uring_enter other total ctl/cycle
 for impl in "${IMPLS[@]}"; do
     read -r rt1 f1 < <(run "$impl" "$R1")
     read -r rt2 f2 < <(run "$impl" "$R2")
@@ -69,7 +72,7 @@ for impl in "${IMPLS[@]}"; do
         END {
             d = rt2 - rt1
             if (d <= 0) { printf "%-26s (no round trips measured)\n", name; exit }
-            split("recvfrom sendto epoll_ctl epoll_wait poll kevent read write futex timerfd", cols, " ")
+            split("recvfrom sendto epoll_ctl epoll_wait poll kevent read write futex timerfd io_uring_enter", cols, " ")
             for (n in names) {
                 v = (c[2, n] - c[1, n]) / d
                 col = n
@@ -86,7 +89,7 @@ for impl in "${IMPLS[@]}"; do
             }
             for (k in per) if (per[k] > -0.005 && per[k] < 0.005) per[k] = 0
             printf "%-26s", name
-            for (i = 1; i <= 10; i++) printf " %*.2f", (i <= 2 ? 8 : (i <= 4 ? 9 : (i <= 6 ? 7 : 6))), per[cols[i]] + 0
+            for (i = 1; i <= 11; i++) printf " %*.2f", (i <= 2 ? 8 : (i <= 4 ? 9 : (i <= 6 ? 7 : (i <= 10 ? 6 : 11)))), per[cols[i]] + 0
             printf " %7.2f %7.2f", per["other"] + 0, total
             # Two wait cycles (two deliveries) per round trip in the pingpong.
             printf " %9.3f\n", per["epoll_ctl"] / 2

@@ -12,6 +12,7 @@
 //! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! All of them run one pure state machine (`src/state.rs`: the design's state table,
 //! one row per match arm), so they behave the same. See [`Poller`] for the API and
@@ -35,6 +36,8 @@
 //! # Cargo features and cfgs
 //!
 //! - `stats`: system call counters, `Poller::stats` (a [`Stats`] snapshot).
+//! - `io-uring` (Linux): the io_uring backend, `backends::Uring`, on the `io-uring`
+//!   crate. Never the default backend.
 //! - `model`: the pure state machine (`state`) and a reference model of the kernels
 //!   (`model`) as public modules, for fuzzing a runtime's use of pollshot (the
 //!   crate's own fuzz targets turn it on). Off by default.
@@ -88,6 +91,9 @@ mod epoll_backend;
 // tested everywhere; only its system-call part is gated on the kqueue targets.
 #[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
+#[cfg(all(feature = "io-uring", target_os = "linux"))]
+#[path = "../backends/uring.rs"]
+mod uring_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
@@ -97,6 +103,8 @@ pub mod backends {
     pub use crate::epoll_backend::Epoll;
     #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
+    #[cfg(all(feature = "io-uring", target_os = "linux"))]
+    pub use crate::uring_backend::Uring;
 }
 
 // The one place the default backend is chosen.

@@ -1382,14 +1382,20 @@ impl RegKernel<'_> {
                 }
             }
             (Semantics::Poll, Command::Modify(i, g)) => self.poll_arm(Some(i), g, true),
-            (Semantics::Poll, Command::Quiet(g)) => match self.model.pollset.get_mut(&self.slot) {
-                Some(e) => {
-                    e.armed = None;
-                    e.generation = g;
-                    Ok(())
+            (Semantics::Poll, Command::Quiet(g)) => {
+                let open = self.model.is_open(self.fd);
+                match self.model.pollset.get_mut(&self.slot) {
+                    Some(e) => {
+                        e.armed = None;
+                        e.generation = g;
+                        Ok(())
+                    }
+                    // As the poll(2) backend answers: gone from the set, and the number
+                    // closed (EBADF) or open again (ENOENT).
+                    None if !open => Err(Errno::BadF),
+                    None => Err(Errno::NoEnt),
                 }
-                None => Err(Errno::NoEnt),
-            },
+            }
             (Semantics::Poll, Command::Delete) => self
                 .model
                 .pollset

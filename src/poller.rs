@@ -154,7 +154,10 @@ impl<B: Backend> Poller<B> {
     /// A poller on backend `B`, e.g. `Poller::<pollshot::backends::Blocking>::with_backend()`.
     ///
     /// # Errors
-    /// As [`Poller::new`].
+    /// As [`Poller::new`]; the io_uring backend (`backends::Uring`, feature
+    /// `io-uring`) answers `ErrorKind::Unsupported`, with the reason, where the
+    /// kernel refuses io_uring (io_uring_setup(2): ENOSYS, EPERM) or is older than
+    /// Linux 5.13.
     pub fn with_backend() -> io::Result<Poller<B>> {
         let forks = fork::install();
         Ok(Poller {
@@ -168,7 +171,7 @@ impl<B: Backend> Poller<B> {
         })
     }
 
-    /// The backend's name: `"epoll"`, `"kqueue"` or `"blocking"`.
+    /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
     pub fn backend_name(&self) -> &'static str {
         B::NAME
     }
@@ -883,6 +886,24 @@ impl<B: Backend> Drop for Poller<B> {
         if fork::count() != self.forks {
             self.backend.abandon_after_fork();
         }
+    }
+}
+
+/// The backend's kernel instance (the epoll or kqueue descriptor; the poll(2)
+/// backend's waker), for nesting this poller in another event loop: on epoll and
+/// kqueue it is readable while a kernel event is pending (epoll(7), kqueue(2)),
+/// after which `deliver` with a zero timeout collects it. Only read readiness may be
+/// asked of it; never read, write or close it.
+impl<B: Backend + AsFd> AsFd for Poller<B> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.backend.as_fd()
+    }
+}
+
+/// [`AsFd`]'s descriptor as a number.
+impl<B: Backend + AsFd> AsRawFd for Poller<B> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.backend.as_fd().as_raw_fd()
     }
 }
 

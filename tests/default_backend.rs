@@ -26,3 +26,46 @@ fn default_backend_matches_cfg() {
         assert_eq!(name, "epoll");
     }
 }
+
+/// `Poller` is `AsFd` for nesting in another event loop: on epoll and kqueue the
+/// descriptor is readable exactly while an armed registration has a readiness
+/// pending (poll(2) on it with a zero timeout), and `deliver` then collects it.
+#[cfg(not(pollshot_force_blocking))]
+#[test]
+fn poller_fd_is_readable_while_an_event_is_pending() {
+    use pollshot::{Events, Interest};
+    use std::io::Write;
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::time::Duration;
+
+    fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        assert!(n >= 0, "{}", std::io::Error::last_os_error());
+        n == 1 && p.revents & libc::POLLIN != 0
+    }
+
+    let poller = common::poller::<pollshot::DefaultBackend>();
+    let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let token = poller.register(&b).unwrap();
+    poller.arm(token, Interest::READABLE).unwrap();
+    assert!(!readable(poller.as_fd()), "nothing pending yet");
+    a.write_all(b"x").unwrap();
+    assert!(readable(poller.as_fd()), "a readiness is pending");
+    assert_eq!(poller.as_fd().as_raw_fd(), poller.as_raw_fd());
+    let mut events = Events::with_capacity(4);
+    assert_eq!(
+        poller.deliver(&mut events, Some(Duration::ZERO)).unwrap(),
+        1
+    );
+    assert!(
+        !readable(poller.as_fd()),
+        "delivered: the registration is disarmed"
+    );
+    poller.deregister(token).unwrap();
+}

@@ -70,6 +70,15 @@ fn replay_blocking_real() {
     );
 }
 
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+#[test]
+fn replay_uring_real() {
+    assert!(
+        replay("uring_real", harness::uring_real) > 0,
+        "no seed for uring_real"
+    );
+}
+
 #[test]
 fn replay_kqueue_changes() {
     assert!(

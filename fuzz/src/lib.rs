@@ -9,10 +9,10 @@
 //!   the kernel model (`pollshot::model`) with epoll, kqueue and poll semantics:
 //!   the invariants of [`sim`], epoll/kqueue/poll parity of deliveries, and
 //!   generation wrap-around (registrations start near `u32::MAX`).
-//! - [`epoll_real`] and [`blocking_real`]: the same alphabet on real descriptors
-//!   (socketpairs, pipes, `/dev/null`; writes, reads, close, number reuse, dup)
-//!   through `Poller<Epoll>` and `Poller<Blocking>`, each mirrored by the model
-//!   ([`real`]).
+//! - [`epoll_real`], [`blocking_real`] and [`uring_real`]: the same alphabet on
+//!   real descriptors (socketpairs, pipes, `/dev/null`; writes, reads, close,
+//!   number reuse, dup) through `Poller<Epoll>`, `Poller<Blocking>` and
+//!   `Poller<Uring>`, each mirrored by the model ([`real`]).
 //! - [`kqueue_changes`]: the command-to-kevent translation against the model's
 //!   kqueue ([`kq`]).
 //!
@@ -133,6 +133,19 @@ pub fn epoll_real(data: &[u8]) {
         );
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = data;
+}
+
+/// Target `uring_real`: see [`real`]. A kernel that refuses io_uring runs nothing.
+pub fn uring_real(data: &[u8]) {
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    if let Some(ops) = decode::<Vec<real::RealOp>>(data) {
+        if pollshot::Poller::<pollshot::backends::Uring>::with_backend().is_err() {
+            return;
+        }
+        real::run::<pollshot::backends::Uring>(pollshot::model::Semantics::Poll, &ops);
+    }
+    #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
     let _ = data;
 }
 

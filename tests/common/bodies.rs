@@ -54,7 +54,7 @@ fn model<B: Backend, G>(
             start.elapsed()
         );
         #[cfg(feature = "stats")]
-        if B::NAME == "epoll" || B::NAME == "blocking" {
+        if B::NAME != "kqueue" {
             // kqueue may report the other filter of a BOTH arming once more (stale).
             let s = p.stats().since(&before);
             assert_eq!(
@@ -258,8 +258,9 @@ pub fn stats_100_round_trips_cost_one_modify_each<B: Backend>() {
         (0, 0, 0),
         "{s:?}"
     );
-    if B::NAME == "epoll" || B::NAME == "blocking" {
-        // Data is written before each deliver: one wait system call each.
+    if B::NAME != "kqueue" {
+        // Data is written before each deliver: one wait system call each (io_uring:
+        // the enter that submits the re-arm, which completes at once).
         assert_eq!(s.waits, 100, "{s:?}");
     }
 }
@@ -343,7 +344,13 @@ pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
             .unwrap()
     });
     assert_eq!(n, 0);
-    assert_eq!(s.wakes, 1, "{s:?}");
+    if B::NAME == "uring" {
+        // No waiter was blocked: the wake-up is a flag the deliver takes, no
+        // system call (backends/uring.rs).
+        assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
+    } else {
+        assert_eq!(s.wakes, 1, "{s:?}");
+    }
     if B::NAME == "epoll" {
         // The eventfd is edge-triggered: a wake-up needs no drain.
         assert_eq!(s.wake_reads, 0, "{s:?}");
@@ -599,8 +606,11 @@ pub fn notify_1000_from_4_threads_never_lost<B: Backend>() {
     #[cfg(feature = "stats")]
     {
         let s = p.stats();
+        // io_uring writes its waker only for a waiter blocked in the kernel: a
+        // waiter that always found a wake-up pending cost no write at all.
+        let least = if B::NAME == "uring" { 0 } else { 1 };
         assert!(
-            s.wakes >= 1 && s.wakes <= (THREADS * EACH) as u64,
+            s.wakes >= least && s.wakes <= (THREADS * EACH) as u64,
             "notifies coalesce: {s:?}"
         );
     }
@@ -620,7 +630,9 @@ pub fn notify_coalesces<B: Backend>() {
     #[cfg(feature = "stats")]
     {
         let s = p.stats().since(&before);
-        assert_eq!(s.wakes, 1, "10 notifies, one waker write: {s:?}");
+        // io_uring: no waiter was blocked, so no waker write at all.
+        let writes = if B::NAME == "uring" { 0 } else { 1 };
+        assert_eq!(s.wakes, writes, "10 notifies, one waker write: {s:?}");
     }
     let timeout = Duration::from_millis(20);
     let start = Instant::now();

@@ -504,8 +504,11 @@ pub fn wake_notify_storm_without_waiters_costs_one_write<B: Backend>() {
         h.join().unwrap();
     }
     let s = p.stats().since(&before);
-    assert_eq!(s.wakes, 1, "{s:?}");
-    assert_eq!(s.syscalls(), 1, "{s:?}");
+    // io_uring: with no waiter blocked the binary waker is a flag the next wait
+    // takes, no system call at all (backends/uring.rs).
+    let writes = if B::NAME == "uring" { 0 } else { 1 };
+    assert_eq!(s.wakes, writes, "{s:?}");
+    assert_eq!(s.syscalls(), writes, "{s:?}");
     let mut events = Events::with_capacity(8);
     p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
     assert!(events.is_notified());

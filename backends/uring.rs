@@ -1,0 +1,937 @@
+//! The io_uring backend (Linux, cargo feature `io-uring`): the arm rides on the wait.
+//!
+//! Every io_uring operation the crate makes is in this file (io_uring_setup(2),
+//! io_uring_enter(2), `IORING_OP_POLL_ADD`, `IORING_OP_POLL_REMOVE`), through the
+//! `io-uring` crate.
+//!
+//! # Commands
+//!
+//! - arm (add or re-arm): a oneshot `IORING_OP_POLL_ADD` for the interest (`POLLIN |
+//!   POLLRDHUP` to read, `POLLOUT` to write; the kernel adds `POLLERR | POLLHUP`),
+//!   `user_data` = slot | generation << 32, pushed to the submission queue. It costs
+//!   no system call: the next wait's `io_uring_enter` submits it. When another thread
+//!   is blocked in `io_uring_enter` (it would not see the arm until it returns), the
+//!   arming thread submits at once instead (one `io_uring_enter` without waiting,
+//!   counted in `Stats::ctl_calls`). A re-arm whose previous request is still
+//!   pending queues an `IORING_OP_POLL_REMOVE` for it first.
+//! - disarm and deregister: an `IORING_OP_POLL_REMOVE` of the pending request, if
+//!   one is pending (none after a delivery), queued the same way. A request that
+//!   completes before its remove is processed is stale by generation and dropped by
+//!   the poller; the remove then answers ENOENT, which is fine and ignored.
+//! - a completion is the delivery: the oneshot request is gone, nothing to disarm.
+//!
+//! # No persistent registration
+//!
+//! Unlike an epoll or kqueue registration, a poll request exists only between an
+//! arm and its completion (or removal). So the state table's rows about the
+//! kernel's set have nothing to answer here: an add never answers EEXIST (a dup of
+//! a registered description does not collide with anything), a re-arm never
+//! answers ENOENT (it is a new request), and a delete of an idle registration
+//! issues nothing. The state machine's commands are still counted as such
+//! (`adds`, `modifies`, `quiets`, `deletes`), so the counts match the other
+//! backends'. One consequence: the descriptor *number* is resolved when the request
+//! is submitted, at the next wait, not when `arm` returns. A number closed in
+//! between completes with `-EBADF`, which is not reported (as epoll drops a closed
+//! descriptor): the next re-arm answers `NotFound`, so the state machine's add
+//! checks the number and fails with EBADF, and a disarm or delete answers EBADF; a
+//! number closed and reused in between watches the new descriptor. The first arm checks the number is open (one `fcntl(F_GETFD)`,
+//! so a closed descriptor is refused with EBADF as on epoll); later arms cost
+//! nothing. Another: a pending request holds a reference to the open file, so a
+//! socket closed while armed without a deregister is not released (its peer sees no
+//! EOF) until the request completes or is removed: deregister before closing.
+//!
+//! # Completions the backend handles itself
+//!
+//! - `-ECANCELED` for the current request: the thread whose `io_uring_enter`
+//!   submitted it exited (the kernel cancels such a request when it would
+//!   complete). The same request is queued again, so the arming is not lost.
+//!   `-ECANCELED` for a removed request is the remove's answer: dropped.
+//! - `-EBADF` (the number was closed before submission): dropped, remembered for
+//!   the next command (above). Any other negative result for the current request:
+//!   one error event.
+//! - A full completion queue: the kernel keeps what does not fit
+//!   (`IORING_FEAT_NODROP`) and sets `IORING_SQ_CQ_OVERFLOW`; a wait that sees the
+//!   flag enters with `IORING_ENTER_GETEVENTS` to flush it, and takes what it has
+//!   room for, leaving the rest in the queue for the next wait.
+//!
+//! A completion is posted when the descriptor becomes ready and is not looked at
+//! again when a wait takes it (epoll re-polls an entry as it reports it): readiness
+//! that came and went in between (data written, then read by another path) is still
+//! delivered once. The reader's next try answers `WouldBlock`, and it re-arms.
+//!
+//! Known gap: the kernel adds `POLLRDHUP` to every poll request (with `POLLERR`,
+//! `POLLHUP`), so a write-only arming of a socket whose peer shut down its write
+//! side completes at once with read-closed only, which the poller masks to an
+//! empty event where epoll reports nothing until the socket is writable.
+//!
+//! Regular files and `/dev/null` have no poll method: the kernel reports them
+//! readable and writable at once, so each arm completes at its submission (always
+//! ready, with no synthetic queue).
+//!
+//! # Several waiters on one ring
+//!
+//! The submission and completion queues are each used under one mutex, held only
+//! for pushes and reaps, never across `io_uring_enter`. One waiter at a time, the
+//! *leader*, blocks in `io_uring_enter` (submitting what is queued and waiting for
+//! one completion); the others wait on a condition variable. A waiter first takes
+//! what the completion queue already holds (no system call); the leader, when it
+//! returns, leaves the completions it has no room for in the queue and wakes one
+//! follower, which takes them or becomes the next leader. Each completion is taken
+//! from the queue by one thread under the mutex, so it reaches exactly one waiter.
+//! The price at T=2: an arm made while the other thread leads costs one
+//! `io_uring_enter`, and a wake-up of a follower is a futex wake.
+//!
+//! # The waker
+//!
+//! The binary waker the poller counts notifies on (`src/wake.rs`): a flag the next
+//! wait to look takes. With no waiter blocked it costs no system call; with a
+//! follower waiting, a condition-variable wake; with only the leader blocked in the
+//! kernel, one eventfd write, which completes the eventfd's multishot
+//! `IORING_OP_POLL_ADD` (one completion per write, never read back). A wait that was
+//! not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
+//! ring itself would also need one `io_uring_enter` per wake-up of a blocked
+//! leader; the eventfd was kept as the simpler of two equal costs, not measured.)
+//!
+//! # Fork and refusal
+//!
+//! The ring's memory is not inherited by a child (`MADV_DONTFORK`), and
+//! `reinit_after_fork` makes a new ring and eventfd; the parent's ring is never
+//! touched by the child. Where io_uring_setup(2) is refused (ENOSYS: not built in;
+//! EPERM: `kernel.io_uring_disabled`, a seccomp filter or a container policy) or
+//! the kernel lacks what this backend needs (Linux 5.13: `IORING_FEAT_NODROP`,
+//! `IORING_FEAT_EXT_ARG`, multishot poll), `new` answers `ErrorKind::Unsupported`
+//! with the reason.
+
+use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::event::Readiness;
+use crate::interest::Interest;
+use crate::state::KernelError;
+use crate::stats::{Count, Counters};
+use crate::token::{pack64, unpack64};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use rustix::io::Errno;
+use std::cell::RefCell;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+/// `user_data` of the eventfd's multishot poll: a slot no table can reach.
+const WAKER: u64 = pack64(u32::MAX, 0);
+/// `user_data` of every `POLL_REMOVE`: its answer needs no routing.
+const REMOVE: u64 = pack64(u32::MAX, 1);
+/// A slot with no pending request.
+const NONE: u64 = u64::MAX;
+
+/// Submission queue entries; the completion queue has twice as many.
+const ENTRIES: u32 = 256;
+
+/// The longest single condition-variable wait (the loop around it goes on).
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The pending poll request of one slot.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// Its `user_data`, or [`NONE`].
+    user_data: u64,
+    fd: RawFd,
+    /// The `poll32_events` it was submitted with.
+    events: u32,
+    /// Older requests with the same `user_data` still in the kernel (queued again
+    /// when a submitting thread exited): each ends with one completion that is not
+    /// this request's.
+    older: u32,
+    /// The last request answered -EBADF: the number was closed before it was
+    /// submitted. As epoll drops a closed descriptor, nothing was reported, and the
+    /// next command answers as epoll's would: a re-arm `NotFound` (then the add
+    /// checks the number), a quiet or delete `BadFd` while the number is closed and
+    /// `NotFound` once it is open again.
+    lost: bool,
+}
+
+const IDLE: Pending = Pending {
+    user_data: NONE,
+    fd: -1,
+    events: 0,
+    older: 0,
+    lost: false,
+};
+
+/// What the mutex guards besides the queues.
+#[derive(Debug)]
+struct Shared {
+    /// Per slot: the request a completion must carry to be the current one.
+    pending: Vec<Pending>,
+    /// A thread is blocked (or about to block) in `io_uring_enter` waiting.
+    leader: bool,
+    /// The leader has been sent an eventfd write it has not yet returned for.
+    kicked: bool,
+    /// Threads waiting on the condition variable.
+    followers: usize,
+    /// A wake-up no wait has taken yet (the binary waker: later ones merge).
+    woken: bool,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            pending: Vec::new(),
+            leader: false,
+            kicked: false,
+            followers: 0,
+            woken: false,
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, slot: u32) -> &mut Pending {
+        let i = slot as usize;
+        if i >= self.pending.len() {
+            self.pending.resize(i + 1, IDLE);
+        }
+        &mut self.pending[i]
+    }
+}
+
+/// The io_uring backend. See the module docs for the commands it issues.
+pub struct Uring {
+    ring: Arc<Ring>,
+    /// Shared with the ring (and kept across `reinit_after_fork`).
+    counters: Arc<Counters>,
+}
+
+/// The ring and what its users share; threads that submitted to it hold a `Weak`
+/// to it (see [`Submitters`]).
+struct Ring {
+    /// Dropped normally, except in a forked child (see `abandoned`).
+    ring: ManuallyDrop<IoUring>,
+    /// Set in a forked child: the ring's memory is not mapped there, and its
+    /// addresses may since hold other mappings (a new ring's), so dropping the ring
+    /// only closes the child's copy of its descriptor.
+    abandoned: AtomicBool,
+    shared: Mutex<Shared>,
+    /// Followers wait here for the leader's hand-over or a wake-up.
+    handoff: Condvar,
+    waker: OwnedFd,
+    /// `IOSQE_CQE_SKIP_SUCCESS` is known (5.17): a successful remove posts nothing.
+    skip_success: bool,
+    counters: Arc<Counters>,
+    /// This ring, for the submitters' lists.
+    me: Weak<Ring>,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uring")
+            .field("ring", &self.ring.ring.as_raw_fd())
+            .field("waker", &self.ring.waker)
+            .finish()
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.abandoned.load(Ordering::Relaxed) {
+            let fd = self.ring.as_raw_fd();
+            // SAFETY: the child's copy of the ring's descriptor is owned by this
+            // `IoUring`, which is never used or dropped after this (its mappings are
+            // not the child's to unmap); closing the copy leaves the parent's ring
+            // alone.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else {
+            // SAFETY: the ring is dropped once, here, and not used afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.ring) };
+        }
+    }
+}
+
+/// The rings a thread has submitted to. The kernel ties a poll request to the
+/// thread whose `io_uring_enter` submitted it: once that thread has exited, the
+/// request completes with `-ECANCELED` when it would fire, from a kernel worker
+/// about a jiffy later. So a thread that exits queues every pending request again
+/// (a remove of the old one and the same poll), for a live thread's next enter to
+/// submit, and kicks a leader blocked in the kernel so that it does so at once.
+struct Submitters(RefCell<Vec<Weak<Ring>>>);
+
+impl Drop for Submitters {
+    fn drop(&mut self) {
+        for ring in self.0.get_mut().drain(..) {
+            if let Some(ring) = ring.upgrade() {
+                ring.requeue_all();
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SUBMITTERS: Submitters = const { Submitters(RefCell::new(Vec::new())) };
+}
+
+impl Backend for Uring {}
+
+/// `poll32_events` for an interest.
+#[inline]
+fn poll_events(interest: Interest) -> u32 {
+    let mut e = 0;
+    if interest.is_readable() {
+        e |= (libc::POLLIN | libc::POLLRDHUP) as u32;
+    }
+    if interest.is_writable() {
+        e |= libc::POLLOUT as u32;
+    }
+    e
+}
+
+/// What a failed request reports: an error on both directions.
+const FAILED: Readiness = Readiness::ERROR
+    .union(Readiness::READABLE)
+    .union(Readiness::WRITABLE);
+
+fn unsupported(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("pollshot io_uring backend: {what}"),
+    )
+}
+
+/// Why io_uring_setup(2) failed, as an `Unsupported` error where the kernel refuses
+/// io_uring, else the error unchanged.
+fn setup_error(e: io::Error) -> io::Error {
+    let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|s| format!("kernel.io_uring_disabled = {}", s.trim()))
+        .unwrap_or_else(|_| "kernel.io_uring_disabled absent".to_owned());
+    match e.raw_os_error() {
+        Some(libc::ENOSYS) => unsupported(&format!(
+            "io_uring_setup(2) answered ENOSYS: the kernel has no io_uring, or a \
+             seccomp filter hides it ({sysctl})"
+        )),
+        Some(libc::EPERM) => unsupported(&format!(
+            "io_uring_setup(2) answered EPERM: io_uring is disabled for this process \
+             ({sysctl}; 1 allows only the io_uring_group, 2 nobody), or a seccomp \
+             filter or container policy refuses it"
+        )),
+        _ => e,
+    }
+}
+
+/// A new ring with the waker's multishot poll submitted, and the waker.
+fn create() -> io::Result<(IoUring, OwnedFd, bool)> {
+    let ring = IoUring::builder()
+        .dontfork()
+        .setup_cqsize(ENTRIES * 2)
+        .build(ENTRIES)
+        .map_err(setup_error)?;
+    let params = ring.params();
+    if !params.is_feature_nodrop() || !params.is_feature_ext_arg() {
+        return Err(unsupported(
+            "the kernel lacks IORING_FEAT_NODROP or IORING_FEAT_EXT_ARG (Linux 5.11 or newer needed)",
+        ));
+    }
+    // IORING_FEAT_RSRC_TAGS came with multishot poll, in 5.13.
+    if !params.is_feature_resource_tagging() {
+        return Err(unsupported(
+            "the kernel lacks multishot poll (Linux 5.13 or newer needed)",
+        ));
+    }
+    let skip_success = params.is_feature_skip_cqe_on_success();
+    let waker = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )?;
+    let uring = (ring, waker, skip_success);
+    push_raw(&uring.0, &waker_poll(&uring.1))?;
+    uring.0.submit()?;
+    Ok(uring)
+}
+
+/// The eventfd's multishot poll.
+fn waker_poll(waker: &OwnedFd) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(waker.as_raw_fd()), libc::POLLIN as u32)
+        .multi(true)
+        .build()
+        .user_data(WAKER)
+}
+
+/// Pushes one entry; a full queue is submitted first to make room.
+///
+/// The caller holds the mutex (or owns the ring exclusively): no other submission
+/// queue handle exists meanwhile.
+fn push_raw(ring: &IoUring, entry: &squeue::Entry) -> io::Result<bool> {
+    let mut submitted = false;
+    loop {
+        // SAFETY: the caller holds the backend's mutex (or owns the ring), so this is
+        // the only submission queue handle; it is dropped (synced) before the ring
+        // is entered below.
+        let mut sq = unsafe { ring.submission_shared() };
+        // SAFETY: poll and poll-remove entries refer to no memory of ours: nothing
+        // must outlive their submission.
+        if unsafe { sq.push(entry) }.is_ok() {
+            return Ok(submitted);
+        }
+        drop(sq);
+        ring.submit()?;
+        submitted = true;
+    }
+}
+
+/// Borrows a registered descriptor number for one `fcntl`.
+#[inline]
+fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: the number is passed only to fcntl(2), which answers EBADF for a closed
+    // one; no I/O is done through it and it is never closed here.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+impl Ring {
+    fn new(counters: Arc<Counters>) -> io::Result<Arc<Ring>> {
+        let (ring, waker, skip_success) = create()?;
+        Ok(Arc::new_cyclic(|me| Ring {
+            ring: ManuallyDrop::new(ring),
+            abandoned: AtomicBool::new(false),
+            shared: Mutex::new(Shared::new()),
+            handoff: Condvar::new(),
+            waker,
+            skip_success,
+            counters,
+            me: me.clone(),
+        }))
+    }
+
+    /// Records that this thread submits to this ring (see [`Submitters`]).
+    #[inline(always)]
+    fn note_submitter(&self) {
+        // During the thread's own teardown the list is gone: nothing to record.
+        let _ = SUBMITTERS.try_with(|list| {
+            let mut list = list.0.borrow_mut();
+            if list.iter().any(|r| Weak::ptr_eq(r, &self.me)) {
+                return;
+            }
+            list.retain(|r| r.strong_count() > 0);
+            list.push(self.me.clone());
+        });
+    }
+
+    /// A thread that submitted to this ring is exiting: queue every pending request
+    /// again (see [`Submitters`]).
+    fn requeue_all(&self) {
+        let kick = {
+            let mut g = self.lock();
+            let mut queued = false;
+            for i in 0..g.pending.len() {
+                let p = g.pending[i];
+                if p.user_data == NONE {
+                    continue;
+                }
+                let remove = self.remove_entry(p.user_data);
+                let again = opcode::PollAdd::new(types::Fd(p.fd), p.events)
+                    .build()
+                    .user_data(p.user_data);
+                if self.push(&mut g, &remove).is_err() || self.push(&mut g, &again).is_err() {
+                    break;
+                }
+                g.pending[i].older += 1;
+                queued = true;
+            }
+            let kick = queued && g.leader && !g.kicked;
+            if kick {
+                g.kicked = true;
+            }
+            kick
+        };
+        if kick {
+            // The leader returns, finds nothing to deliver, and enters again,
+            // submitting what was queued from its own, live, thread.
+            self.counters.one(Count::Wake);
+            let _ = rustix::io::write(&self.waker, &1u64.to_ne_bytes());
+        }
+    }
+
+    #[inline(always)]
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Every field is plain data updated in single assignments: a panic elsewhere
+        // cannot leave it half-written.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Pushes under the mutex; a push that had to submit a full queue is counted.
+    #[inline(always)]
+    fn push(&self, _held: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
+        match push_raw(&self.ring, entry) {
+            Ok(submitted) => {
+                if submitted {
+                    self.note_submitter();
+                    self.counters.one(Count::CtlCall);
+                }
+                Ok(())
+            }
+            Err(e) => Err(KernelError::Other(e)),
+        }
+    }
+
+    /// The entry that removes a pending request.
+    #[inline]
+    fn remove_entry(&self, user_data: u64) -> squeue::Entry {
+        let e = opcode::PollRemove::new(user_data).build().user_data(REMOVE);
+        if self.skip_success {
+            e.flags(squeue::Flags::SKIP_SUCCESS)
+        } else {
+            e
+        }
+    }
+
+    /// Submits what is queued when a leader is blocked in the kernel (it would not
+    /// see it until it returns). Called without the mutex.
+    #[inline(always)]
+    fn submit_for_leader(&self, leader: bool) -> Result<(), KernelError> {
+        if !leader {
+            return Ok(());
+        }
+        self.note_submitter();
+        self.counters.one(Count::CtlCall);
+        self.ring.submit().map(drop).map_err(KernelError::Other)
+    }
+
+    /// Queues the request for an arming; `rearm`: a modify, which answers
+    /// `NotFound` for a number the kernel reported closed (see [`Pending::lost`]).
+    #[inline(always)]
+    fn arm(&self, fd: RawFd, tag: Tag, interest: Interest, rearm: bool) -> Result<(), KernelError> {
+        let user_data = pack64(tag.slot, tag.generation);
+        let events = poll_events(interest);
+        let entry = opcode::PollAdd::new(types::Fd(fd), events)
+            .build()
+            .user_data(user_data);
+        let leader = {
+            let mut g = self.lock();
+            let old = *g.slot(tag.slot);
+            if rearm && old.lost {
+                return Err(KernelError::NotFound);
+            }
+            if old.user_data != NONE {
+                let remove = self.remove_entry(old.user_data);
+                self.push(&mut g, &remove)?;
+            }
+            self.push(&mut g, &entry)?;
+            *g.slot(tag.slot) = Pending {
+                user_data,
+                fd,
+                events,
+                older: 0,
+                lost: false,
+            };
+            g.leader
+        };
+        self.submit_for_leader(leader)
+    }
+
+    /// Removes the slot's pending request, if any.
+    fn remove(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        let leader = {
+            let mut g = self.lock();
+            let old = std::mem::replace(g.slot(tag.slot), IDLE);
+            if old.lost {
+                // As epoll answers for a descriptor it dropped at close: EBADF while
+                // the number is closed, ENOENT once it names a descriptor again.
+                g.slot(tag.slot).lost = true;
+                drop(g);
+                return Err(match rustix::io::fcntl_getfd(fd_ref(fd)) {
+                    Err(Errno::BADF) => KernelError::BadFd,
+                    _ => KernelError::NotFound,
+                });
+            }
+            if old.user_data == NONE {
+                return Ok(());
+            }
+            let remove = self.remove_entry(old.user_data);
+            self.push(&mut g, &remove)?;
+            g.leader
+        };
+        self.submit_for_leader(leader)
+    }
+
+    /// Takes completions into `out` (at most `max` in all), handling the waker's,
+    /// the removes' and cancelled ones; a flagged overflow is flushed while there is
+    /// room. Returns whether completions are left in the queue.
+    fn reap(&self, g: &mut Shared, out: &mut Vec<RawEvent>, max: usize) -> io::Result<bool> {
+        loop {
+            let mut rearm: Option<squeue::Entry> = None;
+            let mut left = false;
+            {
+                // SAFETY: under the mutex: the only completion queue handle. It is
+                // dropped (its head synced) before anything else touches the ring.
+                let mut cq = unsafe { self.ring.completion_shared() };
+                while out.len() < max && rearm.is_none() {
+                    let Some(cqe) = cq.next() else { break };
+                    rearm = self.complete(g, &cqe, out);
+                }
+                if !cq.is_empty() {
+                    left = true;
+                }
+            }
+            if let Some(entry) = rearm {
+                self.push(g, &entry).map_err(kernel_io)?;
+                continue;
+            }
+            if left || out.len() >= max {
+                return Ok(left);
+            }
+            // SAFETY: under the mutex: the only submission queue handle; it only
+            // reads the kernel's flags.
+            let overflow = unsafe { self.ring.submission_shared() }.cq_overflow();
+            if !overflow {
+                return Ok(false);
+            }
+            // The kernel holds completions that did not fit: an enter with
+            // GETEVENTS moves them into the queue.
+            self.counters.one(Count::Wait);
+            // SAFETY: no argument structure is passed (a null pointer).
+            match unsafe {
+                self.ring.submitter().enter::<libc::sigset_t>(
+                    0,
+                    0,
+                    io_uring::EnterFlags::GETEVENTS.bits(),
+                    None,
+                )
+            } {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One completion. Returns the entry to queue again for a cancelled current
+    /// request.
+    #[inline(always)]
+    fn complete(
+        &self,
+        g: &mut Shared,
+        cqe: &cqueue::Entry,
+        out: &mut Vec<RawEvent>,
+    ) -> Option<squeue::Entry> {
+        let user_data = cqe.user_data();
+        if user_data == WAKER {
+            g.kicked = false;
+            if !cqueue::more(cqe.flags()) {
+                // The multishot poll ended (a full queue, or cancelled): again.
+                return Some(waker_poll(&self.waker));
+            }
+            return None;
+        }
+        if user_data == REMOVE {
+            // 0: removed; -ENOENT or -EALREADY: its target had completed. Fine.
+            return None;
+        }
+        let (slot, generation) = unpack64(user_data);
+        let res = cqe.result();
+        let current = g
+            .pending
+            .get(slot as usize)
+            .is_some_and(|p| p.user_data == user_data);
+        if res == -libc::ECANCELED {
+            if !current {
+                // The answer to a remove: the kernel's report for a disarmed or
+                // deregistered arming, stale by generation.
+                self.counters.one(Count::Stale);
+                return None;
+            }
+            let p = &mut g.pending[slot as usize];
+            if p.older > 0 {
+                // An older request with this tag, removed when it was queued again.
+                p.older -= 1;
+                self.counters.one(Count::Stale);
+                return None;
+            }
+            // The submitting thread exited: the arming still holds.
+            let p = *p;
+            return Some(
+                opcode::PollAdd::new(types::Fd(p.fd), p.events)
+                    .build()
+                    .user_data(user_data),
+            );
+        }
+        if !current {
+            // Fired before its remove was processed, or for a freed slot: stale.
+            self.counters.one(Count::Stale);
+            return None;
+        }
+        g.pending[slot as usize] = IDLE;
+        if res == -libc::EBADF {
+            // Closed before submission: dropped, as epoll drops a closed descriptor.
+            g.pending[slot as usize].lost = true;
+            return None;
+        }
+        let readiness = if res >= 0 {
+            Readiness::from_epoll(res as u32)
+        } else {
+            FAILED
+        };
+        out.push(RawEvent {
+            slot,
+            stamp: generation,
+            readiness,
+        });
+        None
+    }
+
+    /// One `io_uring_enter` that submits what is queued and waits for a completion
+    /// for at most `timeout` (`None`: no limit). Timing out is `Ok`.
+    fn enter(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.counters.one(Count::Wait);
+        let submitter = self.ring.submitter();
+        let r = match timeout {
+            None => submitter.submit_and_wait(1),
+            Some(t) => {
+                // A timespec as long as the kernel accepts: clamp what is huge.
+                let t = t.min(Duration::from_secs(1 << 40));
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                submitter.submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(_) => Ok(()),
+            // ETIME: timed out. EBUSY: completions wait in the overflow list; the
+            // reap that follows flushes them.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An enter that submits and runs what is due without waiting.
+    fn enter_nowait(&self) -> io::Result<()> {
+        self.counters.one(Count::Wait);
+        // SAFETY: no argument structure is passed (a null pointer).
+        let r = unsafe {
+            let submitter = self.ring.submitter();
+            submitter.enter::<libc::sigset_t>(
+                ENTRIES,
+                0,
+                io_uring::EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The wait: see the module docs. Returns whether it consumed a wake-up.
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let max = max.max(1);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.note_submitter();
+        let mut g = self.lock();
+        let mut polls = 0u8;
+        loop {
+            let consumed = std::mem::replace(&mut g.woken, false);
+            let left = self.reap(&mut g, out, max)?;
+            if consumed || !out.is_empty() {
+                return Ok(self.leave(g, consumed, left));
+            }
+            let remaining = match (timeout, deadline) {
+                (None, _) => None,
+                (Some(_), None) => Some(Duration::MAX),
+                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+            };
+            if remaining == Some(Duration::ZERO) {
+                // SAFETY: under the mutex: the only submission queue handle; it only
+                // reads the queue's length.
+                let queued = !unsafe { self.ring.submission_shared() }.is_empty();
+                // A poll: submit what is queued and collect what is due; again only
+                // for what the reap queued (a cancelled request), a few times.
+                if polls >= 3 || (polls > 0 && !queued) {
+                    return Ok(self.leave(g, false, left));
+                }
+                polls += 1;
+                drop(g);
+                let r = self.enter_nowait();
+                g = self.lock();
+                r?;
+                continue;
+            }
+            if g.leader {
+                g.followers += 1;
+                let t = remaining.map_or(HOUR, |t| t.min(HOUR));
+                let (guard, _) = self
+                    .handoff
+                    .wait_timeout(g, t)
+                    .unwrap_or_else(PoisonError::into_inner);
+                g = guard;
+                g.followers -= 1;
+                continue;
+            }
+            g.leader = true;
+            drop(g);
+            let r = self.enter(remaining);
+            polls += 1;
+            g = self.lock();
+            g.leader = false;
+            g.kicked = false;
+            if g.followers > 0 {
+                // One of them leads next, or takes what this one has no room for.
+                self.handoff.notify_one();
+            }
+            r?;
+        }
+    }
+
+    /// Returns from a wait: hands what is left (completions, notifies) to a
+    /// follower, and submits what the reap queued if a leader is in the kernel.
+    fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
+        if left && g.followers > 0 {
+            self.handoff.notify_one();
+        }
+        // SAFETY: under the mutex: the only submission queue handle; it only reads
+        // the queue's length.
+        let queued = g.leader && !unsafe { self.ring.submission_shared() }.is_empty();
+        drop(g);
+        if queued {
+            // A failure here would surface at the leader's own enter.
+            let _ = self.submit_for_leader(true);
+        }
+        consumed
+    }
+
+    /// The binary waker (see the module docs): the next wait to look, or a
+    /// blocked one, returns woken.
+    fn wake(&self) -> io::Result<()> {
+        let kick = {
+            let mut g = self.lock();
+            if g.woken {
+                return Ok(()); // merges with the one no wait has taken yet
+            }
+            g.woken = true;
+            if g.followers > 0 {
+                self.handoff.notify_one();
+                false
+            } else if g.leader && !g.kicked {
+                g.kicked = true;
+                true
+            } else {
+                false
+            }
+        };
+        if !kick {
+            return Ok(());
+        }
+        self.counters.one(Count::Wake);
+        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+            // EAGAIN: the counter is at its maximum; the poll fires for readability
+            // all the same.
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => {
+                let mut g = self.lock();
+                g.kicked = false;
+                g.woken = false;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+fn kernel_io(e: KernelError) -> io::Error {
+    match e {
+        KernelError::Other(e) => e,
+        _ => io::Error::other("pollshot io_uring backend: unexpected answer"),
+    }
+}
+
+impl Driver for Uring {
+    const NAME: &'static str = "uring";
+    const TAG_IS_GENERATION: bool = true;
+    const SPLIT_FILTERS: bool = false;
+
+    /// # Errors
+    /// `ErrorKind::Unsupported` with the reason where the kernel refuses io_uring
+    /// (see the module docs); the kernel's error from io_uring_setup(2), mmap(2) or
+    /// eventfd(2) otherwise (EMFILE, ENOMEM).
+    fn new() -> io::Result<Uring> {
+        let counters = Arc::new(Counters::default());
+        Ok(Uring {
+            ring: Ring::new(counters.clone())?,
+            counters,
+        })
+    }
+
+    /// The first arm checks the number is open (one `fcntl(F_GETFD)`), then queues
+    /// the request.
+    fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        self.counters.one(Count::Add);
+        self.counters.one(Count::CtlCall);
+        match rustix::io::fcntl_getfd(fd_ref(fd)) {
+            Ok(_) => {}
+            Err(Errno::BADF) => return Err(KernelError::BadFd),
+            Err(e) => return Err(KernelError::Other(e.into())),
+        }
+        self.ring.arm(fd, tag, interest, false)
+    }
+
+    #[inline(always)]
+    fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        self.counters.one(Count::Modify);
+        self.ring.arm(fd, tag, interest, true)
+    }
+
+    fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.counters.one(Count::Quiet);
+        self.ring.remove(fd, tag)
+    }
+
+    fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.counters.one(Count::Delete);
+        self.ring.remove(fd, tag)
+    }
+
+    #[inline(always)]
+    fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        self.ring.wait(out, max, timeout)
+    }
+
+    fn wake(&self) -> io::Result<()> {
+        self.ring.wake()
+    }
+
+    fn reinit_after_fork(&mut self) -> io::Result<()> {
+        // The child has no mapping of the parent's ring (MADV_DONTFORK), and closing
+        // its copy of the ring's descriptor leaves the parent's ring alone. The
+        // mutex may have been held by a thread that does not exist here: all new.
+        self.ring.abandoned.store(true, Ordering::Relaxed);
+        self.ring = Ring::new(self.counters.clone())?;
+        Ok(())
+    }
+
+    fn abandon_after_fork(&mut self) {
+        self.ring.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    fn owns_fd(&self, fd: RawFd) -> bool {
+        fd == self.ring.ring.as_raw_fd() || fd == self.ring.waker.as_raw_fd()
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl AsFd for Uring {
+    /// The ring's descriptor.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the ring's descriptor is open for as long as `self` (and so the
+        // borrow) lives.
+        unsafe { BorrowedFd::borrow_raw(self.ring.ring.as_raw_fd()) }
+    }
+}

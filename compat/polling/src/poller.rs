@@ -1,0 +1,477 @@
+//! [`Poller`]: polling's registration calls over one `pollshot::Poller`.
+//!
+//! polling names a registration by its descriptor and tags its events with the
+//! caller's key; pollshot names it by a [`Token`] it hands out. The facade keeps
+//! the translation in one table, guarded by a read-write lock that every call but
+//! `add` and `delete` takes shared:
+//!
+//! - `by_fd`: descriptor number -> token (for `modify` and `delete`);
+//! - `slots[token.index()]`: the token, the caller's key, the interest and the mode
+//!   (for `wait`, one lookup per delivered event, and for `modify`).
+//!
+//! Each slot's key, interest and mode sit behind the slot's own mutex, held across
+//! the pollshot call that arms or disarms it, so the kernel's arming and the table
+//! change together.
+
+use crate::event::Extra;
+use crate::{AsRawSource, AsSource, Event, Events, PollMode};
+use pollshot::{Interest, Token};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+/// The key polling reserves for its own notifications.
+const RESERVED_KEY: usize = usize::MAX;
+
+/// Waits for readiness of registered descriptors: polling 3.x's `Poller` over a
+/// `pollshot::Poller` (epoll `EPOLLONESHOT` on Linux, kqueue `EV_DISPATCH` on the
+/// BSDs and Apple, poll(2) elsewhere).
+///
+/// What differs from polling's own backends:
+///
+/// - Several threads may [`wait`](Self::wait) at once; each event reaches exactly
+///   one of them (polling returns at once, with no event, from a second concurrent
+///   `wait`).
+/// - An arming costs one `EPOLL_CTL_MOD` (none when the registration is still
+///   armed), and a wait costs one `epoll_wait` (`epoll_pwait2` for sub-millisecond
+///   timeouts): no timer descriptor and no notifier re-registration per wait.
+/// - `add` makes no system call: the kernel learns of the descriptor at its first
+///   arming (an `add` with an interest, or a `modify`). A descriptor that is not
+///   open is therefore reported by that arming, not by an `add` with
+///   [`Event::none`].
+/// - Regular files (which epoll refuses with EPERM) are reported always ready.
+/// - [`PollMode::Edge`] and [`PollMode::EdgeOneshot`] are refused
+///   ([`supports_edge`](Self::supports_edge) is `false`); `Level` is emulated by
+///   re-arming after each delivery.
+/// - After `fork(2)`, the child cannot use a poller made by the parent (pollshot
+///   refuses every call there); a child that needs one makes its own.
+///
+/// `Send + Sync`: share it by reference or `Arc`.
+pub struct Poller {
+    /// Shared with the kqueue filters' thread (which holds it weakly, to notify).
+    inner: Arc<pollshot::Poller>,
+    table: RwLock<Table>,
+    /// The kqueue filters (signals, processes, timers): a second kqueue and a
+    /// thread that collects its events.
+    #[cfg(polling_kqueue)]
+    pub(crate) filters: crate::os::kqueue::Filters,
+}
+
+#[derive(Default)]
+struct Table {
+    by_fd: HashMap<RawFd, Token>,
+    slots: Vec<Option<Slot>>,
+}
+
+struct Slot {
+    token: Token,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Clone, Copy)]
+struct SlotState {
+    key: usize,
+    /// What the registration is armed for; `None`: registered, not watched.
+    interest: Option<Interest>,
+    /// `PollMode::Level`: re-armed after each delivery.
+    level: bool,
+}
+
+impl Table {
+    fn slot(&self, token: Token) -> Option<&Slot> {
+        match self.slots.get(token.index()) {
+            Some(Some(slot)) if slot.token == token => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn by_fd(&self, fd: RawFd) -> Option<&Slot> {
+        self.by_fd.get(&fd).and_then(|&token| self.slot(token))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A slot's state is three plain fields written together: a panic elsewhere
+    // cannot leave it half-written, so poisoning carries no information.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn interest_of(ev: Event) -> Option<Interest> {
+    match (ev.readable, ev.writable) {
+        (true, true) => Some(Interest::BOTH),
+        (true, false) => Some(Interest::READABLE),
+        (false, true) => Some(Interest::WRITABLE),
+        (false, false) => None,
+    }
+}
+
+/// `level` for a mode, or `Unsupported` for the edge modes.
+fn level_of(mode: PollMode) -> io::Result<bool> {
+    match mode {
+        PollMode::Oneshot => Ok(false),
+        PollMode::Level => Ok(true),
+        PollMode::Edge | PollMode::EdgeOneshot => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "polling (pollshot facade): PollMode::{mode:?} is not supported: pollshot \
+                 registrations are level-triggered oneshot armings, with no edge-triggered \
+                 mode (Poller::supports_edge() is false); use Oneshot or Level"
+            ),
+        )),
+    }
+}
+
+pub(crate) fn check_key(op: &str, key: usize) -> io::Result<()> {
+    if key == RESERVED_KEY {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("polling {op}: the key usize::MAX is reserved for notifications"),
+        ));
+    }
+    Ok(())
+}
+
+fn not_registered(op: &str, fd: RawFd) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("polling {op}: fd {fd} is not registered in this poller"),
+    )
+}
+
+impl Poller {
+    /// A new poller: one pollshot poller on the target's default backend.
+    ///
+    /// # Errors
+    /// The kernel's error creating the instance or its waker (EMFILE, ENFILE,
+    /// ENOMEM): epoll_create1(2), eventfd(2), kqueue(2), pipe(2).
+    pub fn new() -> io::Result<Poller> {
+        Ok(Poller {
+            inner: Arc::new(pollshot::Poller::new()?),
+            table: RwLock::new(Table::default()),
+            #[cfg(polling_kqueue)]
+            filters: crate::os::kqueue::Filters::new(),
+        })
+    }
+
+    /// Whether [`PollMode::Level`] is accepted: always (emulated: the facade re-arms
+    /// a level registration after each delivery, one `EPOLL_CTL_MOD` per delivery).
+    pub fn supports_level(&self) -> bool {
+        true
+    }
+
+    /// Whether [`PollMode::Edge`] and [`PollMode::EdgeOneshot`] are accepted: never.
+    /// pollshot has no edge-triggered registration; see [`PollMode`].
+    pub fn supports_edge(&self) -> bool {
+        false
+    }
+
+    #[cfg(polling_kqueue)]
+    pub(crate) fn inner(&self) -> &Arc<pollshot::Poller> {
+        &self.inner
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Table> {
+        // The table is only changed by whole inserts and removals: a panic while it
+        // is held for writing cannot leave a half-made entry.
+        self.table.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `source` in [`PollMode::Oneshot`] and arms it for `interest`
+    /// (nothing is armed for [`Event::none`]). See
+    /// [`add_with_mode`](Self::add_with_mode).
+    ///
+    /// # Safety
+    /// `source` must stay open until it is [`delete`](Self::delete)d from this poller.
+    ///
+    /// # Errors
+    /// As [`add_with_mode`](Self::add_with_mode).
+    pub unsafe fn add(&self, source: impl AsRawSource, interest: Event) -> io::Result<()> {
+        // SAFETY: the caller's promise is passed on unchanged.
+        unsafe { self.add_with_mode(source, interest, PollMode::Oneshot) }
+    }
+
+    /// Registers `source` under `interest.key` and arms it for `interest`'s
+    /// directions in `mode`.
+    ///
+    /// The registration is the descriptor's: one per descriptor number per poller.
+    /// An interest with no direction registers without arming (no system call);
+    /// otherwise the first arming is one `EPOLL_CTL_ADD` (kqueue: `EV_ADD`).
+    ///
+    /// # Safety
+    /// `source` must stay open until it is [`delete`](Self::delete)d from this poller.
+    ///
+    /// # Errors
+    /// - `ErrorKind::InvalidInput`: `interest.key` is `usize::MAX` (reserved), the
+    ///   descriptor is negative, or it is the poller's own.
+    /// - EBADF (`raw_os_error()`, as epoll_ctl(2) answers): the descriptor is not
+    ///   open; reported by the first arming (an `add` with an interest, else the
+    ///   first `modify`).
+    /// - `ErrorKind::AlreadyExists`: the descriptor is registered already.
+    /// - `ErrorKind::Unsupported`: `mode` is `Edge` or `EdgeOneshot`.
+    /// - the kernel's error from the first arming otherwise (ENOMEM, ENOSPC):
+    ///   epoll_ctl(2), kevent(2). Nothing stays registered after an error.
+    pub unsafe fn add_with_mode(
+        &self,
+        source: impl AsRawSource,
+        interest: Event,
+        mode: PollMode,
+    ) -> io::Result<()> {
+        check_key("add", interest.key)?;
+        let level = level_of(mode)?;
+        let fd = source.raw();
+        if fd < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("polling add: fd {fd} is negative, not a descriptor"),
+            ));
+        }
+        let mut table = self.write();
+        if table.by_fd.contains_key(&fd) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("polling add: fd {fd} is registered already (modify it instead)"),
+            ));
+        }
+        // SAFETY: `fd` is non-negative (checked above) and, by this function's
+        // contract, open until it is deleted from this poller, which deregisters
+        // it; pollshot only passes the number to the kernel.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let token = self.inner.register(&borrowed)?;
+        let wanted = interest_of(interest);
+        if let Some(i) = wanted {
+            if let Err(e) = self.inner.arm(token, i) {
+                let _ = self.inner.deregister(token);
+                return Err(e);
+            }
+        }
+        let index = token.index();
+        if table.slots.len() <= index {
+            table.slots.resize_with(index + 1, || None);
+        }
+        table.slots[index] = Some(Slot {
+            token,
+            state: Mutex::new(SlotState {
+                key: interest.key,
+                interest: wanted,
+                level,
+            }),
+        });
+        table.by_fd.insert(fd, token);
+        Ok(())
+    }
+
+    /// [`modify_with_mode`](Self::modify_with_mode) in [`PollMode::Oneshot`].
+    ///
+    /// # Errors
+    /// As [`modify_with_mode`](Self::modify_with_mode).
+    pub fn modify(&self, source: impl AsSource, interest: Event) -> io::Result<()> {
+        self.modify_with_mode(source, interest, PollMode::Oneshot)
+    }
+
+    /// Re-arms the registration of `source` for `interest`'s directions in `mode`,
+    /// under `interest.key` from now on; [`Event::none`] disarms it.
+    ///
+    /// A readiness that already holds is reported by the next `wait` (the arming is
+    /// level-triggered). Cost: none when the registration is still armed for the
+    /// same directions (its arming stands); one `EPOLL_CTL_MOD` otherwise (kqueue:
+    /// `EV_ENABLE`, riding on the next `kevent` call where it can).
+    ///
+    /// # Errors
+    /// - `ErrorKind::InvalidInput`: `interest.key` is `usize::MAX`.
+    /// - EBADF (`raw_os_error()`): the descriptor is closed.
+    /// - `ErrorKind::NotFound`: `source` is not registered in this poller.
+    /// - `ErrorKind::Unsupported`: `mode` is `Edge` or `EdgeOneshot`.
+    /// - the kernel's error otherwise (ENOMEM, ENOSPC): epoll_ctl(2), kevent(2).
+    pub fn modify_with_mode(
+        &self,
+        source: impl AsSource,
+        interest: Event,
+        mode: PollMode,
+    ) -> io::Result<()> {
+        check_key("modify", interest.key)?;
+        let level = level_of(mode)?;
+        let fd = source.source().as_raw_fd();
+        let table = self.read();
+        let slot = table
+            .by_fd(fd)
+            .ok_or_else(|| not_registered("modify", fd))?;
+        let mut state = lock(&slot.state);
+        let wanted = interest_of(interest);
+        match wanted {
+            Some(i) => self.inner.arm(slot.token, i)?,
+            None => self.inner.disarm(slot.token)?,
+        }
+        *state = SlotState {
+            key: interest.key,
+            interest: wanted,
+            level,
+        };
+        Ok(())
+    }
+
+    /// Removes the registration of `source` (`EPOLL_CTL_DEL`; kqueue `EV_DELETE`;
+    /// nothing when it was never armed). Its events not yet collected are dropped.
+    /// The descriptor is left as it is (still non-blocking, still open).
+    ///
+    /// # Errors
+    /// - `ErrorKind::NotFound`: `source` is not registered in this poller.
+    /// - the kernel's error from the delete other than ENOENT and EBADF (which mean
+    ///   the kernel dropped it already); the registration is removed all the same.
+    pub fn delete(&self, source: impl AsSource) -> io::Result<()> {
+        let fd = source.source().as_raw_fd();
+        let mut table = self.write();
+        let token = table
+            .by_fd
+            .remove(&fd)
+            .ok_or_else(|| not_registered("delete", fd))?;
+        if let Some(slot) = table.slots.get_mut(token.index()) {
+            *slot = None;
+        }
+        drop(table);
+        self.inner.deregister(token)
+    }
+
+    /// Waits for readiness and appends the events to `events` (never clearing it);
+    /// returns `events.len()` afterwards, as polling 3.x does: the number of new
+    /// events when the list was cleared before the call.
+    ///
+    /// Returns with none when `timeout` passes or a [`notify`](Self::notify) wakes
+    /// it. `None` blocks; zero never blocks; anything else waits at least that long,
+    /// below a millisecond too (`epoll_pwait2` with the exact timespec where the
+    /// kernel has it, else rounded up to whole milliseconds); a timeout too large
+    /// for an `Instant` blocks. A signal (EINTR) does not end the wait: it goes on
+    /// until the same deadline.
+    ///
+    /// Several threads may wait at once; each event is appended for one of them.
+    /// One call collects at most `events.capacity()` events.
+    ///
+    /// # Errors
+    /// The kernel's error from the wait (EBADF, EFAULT, EINVAL: not expected), or
+    /// `ErrorKind::Other` in a forked child (pollshot's pollers do not survive
+    /// fork(2)): epoll_wait(2), kevent(2), poll(2).
+    pub fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.wait_until(events, deadline)
+    }
+
+    /// [`wait`](Self::wait) until `deadline` (an `Instant` in the past does not
+    /// block).
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait).
+    pub fn wait_deadline(&self, events: &mut Events, deadline: Instant) -> io::Result<usize> {
+        self.wait_until(events, Some(deadline))
+    }
+
+    fn wait_until(&self, events: &mut Events, deadline: Option<Instant>) -> io::Result<usize> {
+        loop {
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let delivered = match self.inner.deliver(&mut events.raw, timeout) {
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(()),
+                Err(e) => return Err(e),
+            };
+            let mut added = 0;
+            if delivered.is_ok_and(|n| n > 0) {
+                added += self.translate(events);
+            }
+            #[cfg(polling_kqueue)]
+            {
+                added += self.filters.take(&mut events.list);
+            }
+            match delivered {
+                // A timeout or a notify (`events.raw.is_notified()`): either ends
+                // the wait. pollshot itself keeps waiting past stale events.
+                Ok(0) => break,
+                // Events, or only events for sources deleted meanwhile: then
+                // keep waiting for the time left.
+                Ok(_) if added > 0 || timeout == Some(Duration::ZERO) => break,
+                Ok(_) => {}
+                // A signal: keep waiting until the same deadline.
+                Err(()) if added > 0 => break,
+                Err(()) => {}
+            }
+        }
+        // polling 3.x returns the length of the list, which equals the number of new
+        // events when the list was cleared before the wait.
+        Ok(events.list.len())
+    }
+
+    /// Appends the caller's events for pollshot's last delivery; how many.
+    fn translate(&self, events: &mut Events) -> usize {
+        let table = self.read();
+        let Events { list, raw, .. } = events;
+        let before = list.len();
+        for ev in raw.iter() {
+            // Deleted meanwhile (another thread's `delete` between pollshot's
+            // delivery and this lookup): dropped.
+            let Some(slot) = table.slot(ev.token()) else {
+                continue;
+            };
+            let state = lock(&slot.state);
+            let Some(interest) = state.interest else {
+                // Disarmed by `modify(none)` after the delivery was taken.
+                continue;
+            };
+            if state.level {
+                // Level emulation: watch again at once; a readiness that still holds
+                // is reported by the next wait. An error here (the descriptor was
+                // closed without `delete`) leaves it disarmed, as polling's level
+                // registration of a closed descriptor goes silent.
+                let _ = self.inner.arm(slot.token, interest);
+            }
+            list.push(Event {
+                key: state.key,
+                readable: ev.is_readable(),
+                writable: ev.is_writable(),
+                extra: Extra::of(ev),
+            });
+        }
+        list.len() - before
+    }
+
+    /// Wakes one thread blocked in [`wait`](Self::wait), or makes the next `wait`
+    /// return at once. Notifies that no `wait` consumed yet coalesce into one
+    /// wake-up. Cost: one write to the waker (eventfd(2), `EVFILT_USER`, a pipe);
+    /// none while a notify is pending.
+    ///
+    /// # Errors
+    /// The kernel's error from the write (not expected), or `ErrorKind::Other` in a
+    /// forked child.
+    pub fn notify(&self) -> io::Result<()> {
+        self.inner.notify()
+    }
+}
+
+/// The kernel instance (epoll or kqueue descriptor), readable while a readiness is
+/// pending, for nesting this poller in another event loop (async-io's
+/// `reactor_fd`). Only watch it for reading; never read, write or close it.
+impl AsFd for Poller {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+/// [`AsFd`]'s descriptor as a number.
+impl AsRawFd for Poller {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+impl fmt::Debug for Poller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Poller")
+            .field("backend", &self.inner.backend_name())
+            .field("fd", &self.inner.as_raw_fd())
+            .field("sources", &self.read().by_fd.len())
+            .finish()
+    }
+}
