@@ -63,8 +63,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
     const NAME: &'static str;
 
     /// Whether [`RawEvent::stamp`] is the arming generation (epoll: it rides in
-    /// `data.u64`). If not, it is the slot's incarnation (kqueue: `udata` is fixed at
-    /// `EV_ADD`), and an event is current exactly when the table says armed.
+    /// `data.u64`; kqueue where the kernel stores `udata` on every change). If
+    /// not, it is the slot's incarnation (kqueue on NetBSD, OpenBSD and 32-bit
+    /// targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
+    /// the table says armed.
     const TAG_IS_GENERATION: bool;
 
     /// Whether one registration may come back as several kernel events from one

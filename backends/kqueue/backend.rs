@@ -224,7 +224,7 @@ impl Driver for Kqueue {
         Ok(Kqueue {
             kq: ManuallyDrop::new(kq),
             waker,
-            queue: Queue::new(),
+            queue: Queue::new(!sys::UDATA_IS_GENERATION),
             user_woken: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             forsaken: false,

@@ -104,6 +104,9 @@ pub(super) struct Shared {
     /// Descriptors whose queued records wait for the next command on the number
     /// ([`Shared::hold_back`]).
     held_back: Vec<RawFd>,
+    /// Whether an enable may pass enables of its descriptor in flight: only
+    /// where `udata` does not carry the generation ([`Shared::clear_to_go`]).
+    enables_commute: bool,
 }
 
 /// Records of one descriptor in calls that have not returned.
@@ -118,15 +121,25 @@ struct Held {
 
 impl Shared {
     /// Whether `r` may reach the kernel before records of its descriptor that
-    /// are in calls that have not returned. Enables commute with enables (the
-    /// knote ends enabled whichever lands first; a late one at worst causes one
-    /// event the table drops as stale), so an enable or add may pass enables;
-    /// anything else waits behind (a disable overtaken by an enable would leave
-    /// an armed registration disabled).
+    /// are in calls that have not returned.
+    ///
+    /// Where `udata` carries the slot's incarnation ([`Shared::enables_commute`])
+    /// enables commute with enables (the knote ends enabled whichever lands
+    /// first, with the same `udata`; a late one at worst causes one event the
+    /// table drops as stale), so an enable or add may pass enables; anything else
+    /// waits behind (a disable overtaken by an enable would leave an armed
+    /// registration disabled). Where `udata` carries the arming generation, the
+    /// last record to land sets it, so nothing passes: an older enable landing
+    /// after a newer one would leave the arming in force tagged with an older
+    /// generation, and its event would be dropped as stale.
     pub(super) fn clear_to_go(&self, r: &Record) -> bool {
         match self.inflight.get(&r.change.fd) {
             None => true,
-            Some(h) => h.ordered == 0 && matches!(r.change.action, Action::Enable | Action::Add),
+            Some(h) => {
+                self.enables_commute
+                    && h.ordered == 0
+                    && matches!(r.change.action, Action::Enable | Action::Add)
+            }
         }
     }
 
@@ -375,9 +388,14 @@ pub(super) struct Queue {
 }
 
 impl Queue {
-    pub(super) fn new() -> Queue {
+    /// An empty queue. `enables_commute`: `udata` does not carry the arming
+    /// generation (see [`Shared::clear_to_go`]).
+    pub(super) fn new(enables_commute: bool) -> Queue {
         Queue {
-            shared: Mutex::new(Shared::default()),
+            shared: Mutex::new(Shared {
+                enables_commute,
+                ..Shared::default()
+            }),
             released: Condvar::new(),
         }
     }
@@ -448,7 +466,11 @@ impl Queue {
 
     /// Replaces the bookkeeping with an empty one (a forked child's new kqueue).
     pub(super) fn reset(&self) {
-        *self.lock() = Shared::default();
+        let mut sh = self.lock();
+        *sh = Shared {
+            enables_commute: sh.enables_commute,
+            ..Shared::default()
+        };
     }
 }
 

@@ -66,8 +66,10 @@ fn apply(kernel: &Kernel, records: &[Record]) {
 
 /// A queue with one registration of `FD` (both filters added and enabled, at
 /// sequence number 1) and `queued` waiting to ride on the next wait.
-fn setup(queued: &[Record]) -> Arc<Queue> {
-    let q = Queue::new();
+/// `commute`: enables may pass enables in flight (`udata` without the
+/// generation; see `Shared::clear_to_go`).
+fn setup(commute: bool, queued: &[Record]) -> Arc<Queue> {
+    let q = Queue::new(commute);
     {
         let mut sh = q.lock();
         sh.views.insert(
@@ -166,26 +168,29 @@ fn check_log(kernel: &Kernel, made: &[Record]) {
 
 /// A deregistration races a wait that may carry its descriptor's queued
 /// `EV_ENABLE` (and another descriptor's), and a delivery hook that may queue
-/// or submit the disable of its other filter. 3 threads.
+/// or submit the disable of its other filter. 3 threads; `udata` carrying the
+/// generation (nothing passes a record in flight).
 #[test]
 fn loom_deregister_racing_a_wait_and_a_delivery_leaves_nothing_behind() {
-    model(|| {
+    race_wait_and_delivery(false);
+}
+
+/// The same where enables commute (`udata` fixed at `EV_ADD`).
+#[test]
+fn loom_deregister_racing_a_wait_and_a_delivery_leaves_nothing_behind_enables_commute() {
+    race_wait_and_delivery(true);
+}
+
+fn race_wait_and_delivery(commute: bool) {
+    model(move || {
         let enable = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
         let other = rec(OTHER, 1, Filter::Read, Action::Enable, 1);
-        let q = setup(&[enable, other]);
+        let q = setup(commute, &[enable, other]);
         let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
 
         let waiter = {
             let (q, kernel) = (q.clone(), kernel.clone());
-            thread::spawn(move || {
-                let mut carried = [NO_RECORD; 4];
-                let n = q.lock().enter_wait(&mut carried);
-                apply(&kernel, &carried[..n]);
-                // The call returns (an event, or its timeout).
-                if q.lock().leave_wait(&carried[..n], |_| false) {
-                    q.released();
-                }
-            })
+            thread::spawn(move || wait_call(&q, &kernel))
         };
         let hook = {
             let (q, kernel) = (q.clone(), kernel.clone());
@@ -240,18 +245,34 @@ impl Waker {
     }
 }
 
-/// Two waiters each carry one of the descriptor's queued `EV_ENABLE`s (one at
-/// most each) and stay blocked in the kernel until a wake-up; a waiter that
-/// carried nothing returns at once (its timeout). The deregistration must wake
-/// them: its one wake-up reaches either waiter, and a waiter that took it while
-/// the other still carries a record passes it on (as `backend.rs`'s `wait` does
-/// after clearing `woken`). A lost wake-up shows as a deadlock. 3 threads.
+/// Two waiters carry one queued record each (at most) and stay blocked in the
+/// kernel until a wake-up; a waiter that carried nothing returns at once (its
+/// timeout). The deregistration must wake the one that carries its record: its
+/// one wake-up reaches either waiter, and a waiter that took it while the other
+/// still carries one passes it on (as `backend.rs`'s `wait` does after clearing
+/// `woken`). A lost wake-up shows as a deadlock. Here one waiter may carry the
+/// descriptor's `EV_ENABLE`, the other another descriptor's (`udata` with the
+/// generation: two records of one descriptor are never in flight together).
+/// 3 threads.
 #[test]
-fn loom_deregister_wakes_the_waiters_that_carry_its_records() {
-    model(|| {
-        let read = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
-        let write = rec(FD, SLOT, Filter::Write, Action::Enable, 1);
-        let q = setup(&[read, write]);
+fn loom_deregister_wakes_the_waiter_that_carries_its_record() {
+    let read = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
+    let other = rec(OTHER, 1, Filter::Read, Action::Enable, 1);
+    waiters_carrying(false, [read, other], vec![read]);
+}
+
+/// The same where enables commute, so both waiters may carry one of the
+/// descriptor's two queued `EV_ENABLE`s.
+#[test]
+fn loom_deregister_wakes_both_waiters_that_carry_its_records_enables_commute() {
+    let read = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
+    let write = rec(FD, SLOT, Filter::Write, Action::Enable, 1);
+    waiters_carrying(true, [read, write], vec![read, write]);
+}
+
+fn waiters_carrying(commute: bool, queued: [Record; 2], made: Vec<Record>) {
+    model(move || {
+        let q = setup(commute, &queued);
         let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
         let waker = Arc::new(Waker::default());
 
@@ -279,9 +300,70 @@ fn loom_deregister_wakes_the_waiters_that_carry_its_records() {
             })
             .collect();
         deregister(&q, &kernel, || waker.kick());
+        // A waiter still blocked with another descriptor's record ends (its
+        // event, its timeout).
+        waker.kick();
         for w in waiters {
             w.join().unwrap();
         }
-        check_log(&kernel, &[read, write]);
+        check_log(&kernel, &made);
     });
+}
+
+/// Where `udata` carries the generation, the last record of a descriptor to
+/// reach the kernel is its latest command's, so the `udata` left on the knote is
+/// the arming in force: a re-arm routed while a waiter carries the previous
+/// arm's `EV_ENABLE` (and a second waiter that may carry it in turn) lands after
+/// it. Checked on the kernel's log once a last wait has taken what was queued.
+/// 3 threads.
+#[test]
+fn loom_records_of_one_descriptor_land_in_order() {
+    model(|| {
+        let first = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
+        let q = setup(false, &[first]);
+        let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, kernel) = (q.clone(), kernel.clone());
+                thread::spawn(move || wait_call(&q, &kernel))
+            })
+            .collect();
+        // The re-arm: a new command for the registration, as `exchange` routes it.
+        let rearm = {
+            let mut sh = q.lock();
+            let v = sh.views.get_mut(&SLOT).unwrap();
+            v.seq += 1;
+            let r = rec(FD, SLOT, Filter::Read, Action::Enable, v.seq);
+            match sh.route(&[r]) {
+                super::queue::Route::Now(b) => Some(b),
+                super::queue::Route::Queued { .. } => None,
+            }
+        };
+        if let Some(b) = rearm {
+            submit(&q, &kernel, b.as_slice());
+        }
+        for w in waiters {
+            w.join().unwrap();
+        }
+        // The next wait carries whatever is still queued.
+        wait_call(&q, &kernel);
+        let log = kernel.lock().unwrap();
+        let seqs: Vec<u32> = log
+            .iter()
+            .filter(|r| r.change.fd == FD)
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(seqs, vec![1, 2], "records of {FD} landed out of order");
+    });
+}
+
+/// A waiting call: it carries what it may, the kernel applies it, and it
+/// returns (an event, or its timeout).
+fn wait_call(q: &Queue, kernel: &Kernel) {
+    let mut carried = [NO_RECORD; 4];
+    let n = q.lock().enter_wait(&mut carried);
+    apply(kernel, &carried[..n]);
+    if q.lock().leave_wait(&carried[..n], |_| false) {
+        q.released();
+    }
 }
