@@ -5,7 +5,7 @@
 //! wait that carries the queued changes ([`Backend::wait`]). What a command does
 //! with the kernel's answers is `command.rs`; where its records travel, `queue.rs`.
 
-use super::changes::{self, Action, Command, Filters};
+use super::changes::{self, Action, Command};
 use super::command::udata;
 use super::queue::{sync::MutexGuard, Outbox, Queue, Record, Shared, NO_RECORD};
 use super::sys::{self, KEvent, Kind};
@@ -224,7 +224,7 @@ impl Driver for Kqueue {
         Ok(Kqueue {
             kq: ManuallyDrop::new(kq),
             waker,
-            queue: Queue::new(!sys::UDATA_IS_GENERATION),
+            queue: Queue::new(),
             user_woken: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             forsaken: false,
@@ -395,14 +395,10 @@ impl Driver for Kqueue {
                         Kind::Other => continue,
                     };
                     let (slot, stamp) = unpack_usize(sys::udata(e));
-                    if let Some(v) = sh.views.get_mut(&slot) {
-                        if v.stamp == stamp {
-                            if v.fired_at != Some(v.seq) {
-                                v.fired_at = Some(v.seq);
-                                v.fired = Filters::NONE;
-                            }
-                            v.fired = v.fired.with(filter);
-                        }
+                    let fd = sys::ident(e) as RawFd;
+                    let by_generation = sys::UDATA_IS_GENERATION;
+                    if let Some(repair) = sh.note_report(fd, slot, stamp, filter, by_generation) {
+                        outbox.route(&mut sh, &[repair]);
                     }
                     let ev = RawEvent {
                         slot,

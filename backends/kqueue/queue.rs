@@ -24,6 +24,7 @@
 
 use super::changes::{Action, Change, Filter, Filters, Knotes};
 use crate::backend::{RawEvent, Tag};
+use crate::token::pack_usize;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::PoisonError;
@@ -104,9 +105,6 @@ pub(super) struct Shared {
     /// Descriptors whose queued records wait for the next command on the number
     /// ([`Shared::hold_back`]).
     held_back: Vec<RawFd>,
-    /// Whether an enable may pass enables of its descriptor in flight: only
-    /// where `udata` does not carry the generation ([`Shared::clear_to_go`]).
-    enables_commute: bool,
 }
 
 /// Records of one descriptor in calls that have not returned.
@@ -121,26 +119,69 @@ struct Held {
 
 impl Shared {
     /// Whether `r` may reach the kernel before records of its descriptor that
-    /// are in calls that have not returned.
+    /// are in calls that have not returned. Enables commute with enables (the
+    /// knote ends enabled whichever lands first; a late one at worst causes one
+    /// event the table drops as stale), so an enable or add may pass enables;
+    /// anything else waits behind (a disable overtaken by an enable would leave
+    /// an armed registration disabled).
     ///
-    /// Where `udata` carries the slot's incarnation ([`Shared::enables_commute`])
-    /// enables commute with enables (the knote ends enabled whichever lands
-    /// first, with the same `udata`; a late one at worst causes one event the
-    /// table drops as stale), so an enable or add may pass enables; anything else
-    /// waits behind (a disable overtaken by an enable would leave an armed
-    /// registration disabled). Where `udata` carries the arming generation, the
-    /// last record to land sets it, so nothing passes: an older enable landing
-    /// after a newer one would leave the arming in force tagged with an older
-    /// generation, and its event would be dropped as stale.
+    /// Where `udata` carries the arming generation, the enable that lands last
+    /// also sets the knote's `udata`: an older one landing after a newer one
+    /// leaves the arming in force tagged with an older generation. Its first
+    /// report is then dropped as stale, and [`Shared::note_report`] re-enables
+    /// the knote with the arming in force, so nothing is lost. (Keeping enables
+    /// in order instead would make an arm wait for a blocked waiter that carries
+    /// the previous one, and wake it.)
     pub(super) fn clear_to_go(&self, r: &Record) -> bool {
         match self.inflight.get(&r.change.fd) {
             None => true,
-            Some(h) => {
-                self.enables_commute
-                    && h.ordered == 0
-                    && matches!(r.change.action, Action::Enable | Action::Add)
-            }
+            Some(h) => h.ordered == 0 && matches!(r.change.action, Action::Enable | Action::Add),
         }
+    }
+
+    /// A kernel event of `filter` on `fd` tagged `(slot, stamp)` was read:
+    /// notes the filters fired for the arming in force (for
+    /// `Backend::delivered`), and returns the repair of a knote left with an
+    /// older arming's `udata` ([`Shared::clear_to_go`]): when `udata` carries the
+    /// generation (`by_generation`) and the event names an older arming of the
+    /// slot while its view believes `filter` enabled for the arming in force, an
+    /// `EV_ENABLE` of that filter with the arming in force's `udata`, to route
+    /// under this lock. The kernel disabled the knote when it reported it; the
+    /// repair enables it again, and a readiness that still holds is reported
+    /// with the right stamp. (An event of an earlier registration of the slot
+    /// looks the same; its repair only re-enables what is already enabled.)
+    pub(super) fn note_report(
+        &mut self,
+        fd: RawFd,
+        slot: u32,
+        stamp: u32,
+        filter: Filter,
+        by_generation: bool,
+    ) -> Option<Record> {
+        let v = self.views.get_mut(&slot)?;
+        if v.stamp == stamp {
+            if v.fired_at != Some(v.seq) {
+                v.fired_at = Some(v.seq);
+                v.fired = Filters::NONE;
+            }
+            v.fired = v.fired.with(filter);
+            return None;
+        }
+        let older = (v.stamp.wrapping_sub(stamp) as i32) > 0;
+        if !(by_generation && older && v.knotes.enabled.has(filter)) {
+            return None;
+        }
+        Some(Record {
+            change: Change {
+                fd,
+                filter,
+                action: Action::Enable,
+                udata: pack_usize(slot, v.stamp),
+            },
+            slot,
+            incarnation: v.incarnation,
+            seq: v.seq,
+        })
     }
 
     /// Whether a waiting call may carry the queued record `r` now: it may go
@@ -388,14 +429,10 @@ pub(super) struct Queue {
 }
 
 impl Queue {
-    /// An empty queue. `enables_commute`: `udata` does not carry the arming
-    /// generation (see [`Shared::clear_to_go`]).
-    pub(super) fn new(enables_commute: bool) -> Queue {
+    /// An empty queue.
+    pub(super) fn new() -> Queue {
         Queue {
-            shared: Mutex::new(Shared {
-                enables_commute,
-                ..Shared::default()
-            }),
+            shared: Mutex::new(Shared::default()),
             released: Condvar::new(),
         }
     }
@@ -466,11 +503,7 @@ impl Queue {
 
     /// Replaces the bookkeeping with an empty one (a forked child's new kqueue).
     pub(super) fn reset(&self) {
-        let mut sh = self.lock();
-        *sh = Shared {
-            enables_commute: sh.enables_commute,
-            ..Shared::default()
-        };
+        *self.lock() = Shared::default();
     }
 }
 

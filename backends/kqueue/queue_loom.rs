@@ -19,7 +19,8 @@
 //!   passes it on, so the deregistration never waits forever.
 
 use super::changes::{Action, Change, Filter, Filters, Knotes};
-use super::queue::{Outbox, Queue, Record, View, NO_RECORD};
+use super::queue::{Outbox, Queue, Record, Route, View, NO_RECORD};
+use crate::token::{pack_usize, unpack_usize};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use std::os::fd::RawFd;
@@ -65,11 +66,10 @@ fn apply(kernel: &Kernel, records: &[Record]) {
 }
 
 /// A queue with one registration of `FD` (both filters added and enabled, at
-/// sequence number 1) and `queued` waiting to ride on the next wait.
-/// `commute`: enables may pass enables in flight (`udata` without the
-/// generation; see `Shared::clear_to_go`).
-fn setup(commute: bool, queued: &[Record]) -> Arc<Queue> {
-    let q = Queue::new(commute);
+/// sequence number 1, the arming in force stamped 1) and `queued` waiting to
+/// ride on the next wait.
+fn setup(queued: &[Record]) -> Arc<Queue> {
+    let q = Queue::new();
     {
         let mut sh = q.lock();
         sh.views.insert(
@@ -81,7 +81,7 @@ fn setup(commute: bool, queued: &[Record]) -> Arc<Queue> {
                     enabled: Filters::BOTH,
                 },
                 seq: 1,
-                stamp: 0,
+                stamp: 1,
                 fired_at: None,
                 fired: Filters::NONE,
             },
@@ -168,24 +168,13 @@ fn check_log(kernel: &Kernel, made: &[Record]) {
 
 /// A deregistration races a wait that may carry its descriptor's queued
 /// `EV_ENABLE` (and another descriptor's), and a delivery hook that may queue
-/// or submit the disable of its other filter. 3 threads; `udata` carrying the
-/// generation (nothing passes a record in flight).
+/// or submit the disable of its other filter. 3 threads.
 #[test]
 fn loom_deregister_racing_a_wait_and_a_delivery_leaves_nothing_behind() {
-    race_wait_and_delivery(false);
-}
-
-/// The same where enables commute (`udata` fixed at `EV_ADD`).
-#[test]
-fn loom_deregister_racing_a_wait_and_a_delivery_leaves_nothing_behind_enables_commute() {
-    race_wait_and_delivery(true);
-}
-
-fn race_wait_and_delivery(commute: bool) {
-    model(move || {
+    model(|| {
         let enable = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
         let other = rec(OTHER, 1, Filter::Read, Action::Enable, 1);
-        let q = setup(commute, &[enable, other]);
+        let q = setup(&[enable, other]);
         let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
 
         let waiter = {
@@ -251,28 +240,26 @@ impl Waker {
 /// one wake-up reaches either waiter, and a waiter that took it while the other
 /// still carries one passes it on (as `backend.rs`'s `wait` does after clearing
 /// `woken`). A lost wake-up shows as a deadlock. Here one waiter may carry the
-/// descriptor's `EV_ENABLE`, the other another descriptor's (`udata` with the
-/// generation: two records of one descriptor are never in flight together).
-/// 3 threads.
+/// descriptor's `EV_ENABLE`, the other another descriptor's. 3 threads.
 #[test]
 fn loom_deregister_wakes_the_waiter_that_carries_its_record() {
     let read = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
     let other = rec(OTHER, 1, Filter::Read, Action::Enable, 1);
-    waiters_carrying(false, [read, other], vec![read]);
+    waiters_carrying([read, other], vec![read]);
 }
 
-/// The same where enables commute, so both waiters may carry one of the
-/// descriptor's two queued `EV_ENABLE`s.
+/// The same where both waiters may carry one of the descriptor's two queued
+/// `EV_ENABLE`s (enables may be in flight together).
 #[test]
-fn loom_deregister_wakes_both_waiters_that_carry_its_records_enables_commute() {
+fn loom_deregister_wakes_both_waiters_that_carry_its_records() {
     let read = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
     let write = rec(FD, SLOT, Filter::Write, Action::Enable, 1);
-    waiters_carrying(true, [read, write], vec![read, write]);
+    waiters_carrying([read, write], vec![read, write]);
 }
 
-fn waiters_carrying(commute: bool, queued: [Record; 2], made: Vec<Record>) {
+fn waiters_carrying(queued: [Record; 2], made: Vec<Record>) {
     model(move || {
-        let q = setup(commute, &queued);
+        let q = setup(&queued);
         let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
         let waker = Arc::new(Waker::default());
 
@@ -310,17 +297,24 @@ fn waiters_carrying(commute: bool, queued: [Record; 2], made: Vec<Record>) {
     });
 }
 
-/// Where `udata` carries the generation, the last record of a descriptor to
-/// reach the kernel is its latest command's, so the `udata` left on the knote is
-/// the arming in force: a re-arm routed while a waiter carries the previous
-/// arm's `EV_ENABLE` (and a second waiter that may carry it in turn) lands after
-/// it. Checked on the kernel's log once a last wait has taken what was queued.
-/// 3 threads.
+/// Where `udata` carries the generation, the `udata` left on an enabled knote
+/// is the arming in force's once its reports were read: a re-arm (stamp 2)
+/// routed while a waiter carries the previous arm's `EV_ENABLE` (stamp 1) may
+/// pass it and land first (`Shared::clear_to_go`); the older `udata` left then
+/// shows in the knote's next report, which `Shared::note_report` answers with a
+/// repair that re-enables it with stamp 2. Checked on the kernel's knote after a
+/// last wait took what was queued and every report was read. 3 threads.
 #[test]
-fn loom_records_of_one_descriptor_land_in_order() {
+fn loom_a_knote_left_with_an_older_arming_is_repaired_at_its_report() {
     model(|| {
-        let first = rec(FD, SLOT, Filter::Read, Action::Enable, 1);
-        let q = setup(false, &[first]);
+        let first = Record {
+            change: Change {
+                udata: pack_usize(SLOT, 1),
+                ..rec(FD, SLOT, Filter::Read, Action::Enable, 1).change
+            },
+            ..rec(FD, SLOT, Filter::Read, Action::Enable, 1)
+        };
+        let q = setup(&[first]);
         let kernel: Kernel = Arc::new(Mutex::new(Vec::new()));
         let waiters: Vec<_> = (0..2)
             .map(|_| {
@@ -328,15 +322,18 @@ fn loom_records_of_one_descriptor_land_in_order() {
                 thread::spawn(move || wait_call(&q, &kernel))
             })
             .collect();
-        // The re-arm: a new command for the registration, as `exchange` routes it.
+        // The re-arm: a new command for the registration, as `exchange` routes
+        // it (the view's stamp is the new arming's).
         let rearm = {
             let mut sh = q.lock();
             let v = sh.views.get_mut(&SLOT).unwrap();
             v.seq += 1;
-            let r = rec(FD, SLOT, Filter::Read, Action::Enable, v.seq);
+            v.stamp = 2;
+            let mut r = rec(FD, SLOT, Filter::Read, Action::Enable, v.seq);
+            r.change.udata = pack_usize(SLOT, 2);
             match sh.route(&[r]) {
-                super::queue::Route::Now(b) => Some(b),
-                super::queue::Route::Queued { .. } => None,
+                Route::Now(b) => Some(b),
+                Route::Queued { .. } => None,
             }
         };
         if let Some(b) = rearm {
@@ -347,14 +344,35 @@ fn loom_records_of_one_descriptor_land_in_order() {
         }
         // The next wait carries whatever is still queued.
         wait_call(&q, &kernel);
-        let log = kernel.lock().unwrap();
-        let seqs: Vec<u32> = log
-            .iter()
-            .filter(|r| r.change.fd == FD)
-            .map(|r| r.seq)
-            .collect();
-        assert_eq!(seqs, vec![1, 2], "records of {FD} landed out of order");
+        // The knote's udata is the last enable's to land. It fires: read the
+        // report as `wait` does, and apply the repair it asks for.
+        let left = last_udata(&kernel);
+        let (_, stamp) = unpack_usize(left);
+        let repair = q.lock().note_report(FD, SLOT, stamp, Filter::Read, true);
+        if let Some(r) = repair {
+            let mut out = Outbox::default();
+            out.route(&mut q.lock(), &[r]);
+            for b in &out.batches {
+                submit(&q, &kernel, b.as_slice());
+            }
+            wait_call(&q, &kernel);
+        }
+        assert_eq!(
+            unpack_usize(last_udata(&kernel)).1,
+            2,
+            "the enabled knote is left tagged with an older arming"
+        );
     });
+}
+
+/// The `udata` of the last `EV_ENABLE` of `FD` the kernel applied.
+fn last_udata(kernel: &Kernel) -> usize {
+    let log = kernel.lock().unwrap();
+    log.iter()
+        .rev()
+        .find(|r| r.change.fd == FD && r.change.action == Action::Enable)
+        .map(|r| r.change.udata)
+        .expect("an enable reached the kernel")
 }
 
 /// A waiting call: it carries what it may, the kernel applies it, and it
