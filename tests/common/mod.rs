@@ -116,6 +116,10 @@ macro_rules! suite {
             wake_stale_only_deliver_none_returns_only_for_a_notify,
             #[cfg(feature = "stats")]
             wake_dup_outliving_close_stale_events_keep_waiting,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_dup_held_no_spin,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_forked_child_no_spin,
             wake_signal_is_interrupted_never_an_early_ok,
             #[cfg(feature = "stats")]
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
