@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hand-made seed inputs under fuzz/seeds/<target>/.
 
-Each seed is a scenario from shared/cases/CASES.md or the state table, encoded the
-way `arbitrary` 1.x decodes the harness's input types (fuzz/src/lib.rs, real.rs,
-kq.rs): an enum variant is a little-endian u32 v with (v * variants) >> 32 == index,
+Each seed is a scenario from docs/cases.md or the state table of docs/design.md,
+encoded the way `arbitrary` 1.x decodes the harness's input types (fuzz/src/lib.rs,
+real.rs, kq.rs): an enum variant is a little-endian u32 v with (v * variants) >> 32 == index,
 then its fields in order (u8: 1 byte, bool: 1 byte, u32: 4 bytes LE); a Vec taken
 as the rest of the input is a 1 byte before each element, 0 to stop.
 

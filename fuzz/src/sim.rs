@@ -1,5 +1,6 @@
-//! A simulated poller: the table of `pollshot::Poller` (slots, incarnations, start
-//! generations, the synthetic queue, the acceptance check of `deliver`) driving
+//! A simulated poller: the table of `pollshot::Poller` (a slot per descriptor
+//! number, incarnations, start generations, the synthetic queue, the acceptance
+//! check of `deliver`) driving
 //! `pollshot::state::RegState` against `pollshot::model::Model`, with the core
 //! invariants checked after every operation. Pure: no system call.
 //!
@@ -39,7 +40,6 @@ use pollshot::model::{
 use pollshot::model::{RawEvent, Readiness};
 use pollshot::state::{Armed, Fallbacks, KernelError, Phase, RegState};
 use pollshot::Interest;
-use std::collections::BTreeMap;
 
 /// Simulated threads.
 pub const THREADS: usize = 3;
@@ -271,9 +271,8 @@ pub struct Sim {
     /// Per slot: the last stamps the kernel took (epoll and poll: the generations
     /// of commands that succeeded and of synthetic events; kqueue: incarnations).
     slot_stamps: Vec<Vec<u32>>,
+    /// Indexed by descriptor number, as `Poller`'s table is: one slot per number.
     slots: Vec<Option<Entry>>,
-    free_slots: Vec<usize>,
-    by_fd: BTreeMap<Fd, usize>,
     incarnations: u32,
     synthetic: Vec<Flight>,
     threads: [Vec<Flight>; THREADS],
@@ -311,8 +310,6 @@ impl Sim {
             slot_epoch: Vec::new(),
             slot_stamps: Vec::new(),
             slots: Vec::new(),
-            free_slots: Vec::new(),
-            by_fd: BTreeMap::new(),
             incarnations: 0,
             synthetic: Vec::new(),
             threads: Default::default(),
@@ -367,12 +364,10 @@ impl Sim {
     /// The number `fd` is closed: a registration on it is tainted.
     pub fn close(&mut self, fd: Fd) {
         if self.model.close(fd).is_ok() {
-            if let Some(&slot) = self.by_fd.get(&fd) {
-                let owner = self.slots[slot].as_ref().map(|e| e.owner);
-                if let Some(o) = owner {
-                    self.owners[o].tainted = true;
-                    self.owners[o].ever_tainted = true;
-                }
+            if let Some(Some(entry)) = self.slots.get(fd as usize) {
+                let o = entry.owner;
+                self.owners[o].tainted = true;
+                self.owners[o].ever_tainted = true;
             }
         }
     }
@@ -386,10 +381,6 @@ impl Sim {
 
     fn free(&mut self, slot: usize) -> Result<(), Failure> {
         let mut entry = self.slots[slot].take().expect("free of an empty slot");
-        self.free_slots.push(slot);
-        if self.by_fd.get(&entry.fd) == Some(&slot) {
-            self.by_fd.remove(&entry.fd);
-        }
         let owed = entry.state.in_kernel();
         let origin = Origin {
             owner: entry.owner as u64,
@@ -424,22 +415,18 @@ impl Sim {
     /// number as `Poller::register` does. Returns the new registration.
     pub fn register(&mut self, fd: Fd) -> usize {
         self.begin();
-        if let Some(&old) = self.by_fd.get(&fd) {
-            let owner = self.slots[old].as_ref().map(|e| e.owner).unwrap();
-            let r = self.free(old);
+        // The slot is the number's own.
+        let slot = fd as usize;
+        while self.slots.len() <= slot {
+            self.slots.push(None);
+            self.slot_epoch.push(self.start);
+            self.slot_stamps.push(Vec::new());
+        }
+        if let Some(owner) = self.slots[slot].as_ref().map(|e| e.owner) {
+            let r = self.free(slot);
             let op = self.op;
             self.owners[owner].log.push(Logged::Result(op, r));
         }
-        // As `slab` hands them out: the most recently freed slot first.
-        let slot = match self.free_slots.pop() {
-            Some(s) => s,
-            None => {
-                self.slots.push(None);
-                self.slot_epoch.push(self.start);
-                self.slot_stamps.push(Vec::new());
-                self.slots.len() - 1
-            }
-        };
         let start = match self.policy {
             EpochPolicy::PerSlot => self.slot_epoch[slot],
         };
@@ -469,7 +456,6 @@ impl Sim {
             incarnation,
             state: RegState::new(start),
         });
-        self.by_fd.insert(fd, slot);
         owner
     }
 

@@ -1,4 +1,4 @@
-//! One test (or more) per scenario of `shared/cases/CASES.md`, named after its id.
+//! One test (or more) per scenario of `docs/cases.md`, named after its id.
 //! Each asserts the row's "expected" column on real descriptors, on every backend
 //! the suite is instantiated for. Where a backend documents a different path to the
 //! same observable outcome (the poll(2) backend keeps no kernel state), the body
@@ -186,9 +186,9 @@ pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend>() {
     if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
         // libkqueue (not a BSD kernel) keeps its internal epoll entry for a number
         // closed while a dup holds the socket, and no kevent change removes it:
-        // DESIGN.md lists "a knote whose fd was closed without EV_DELETE goes
-        // stale" among its differences. What must still hold there: a clear error
-        // or a delivery, never a panic, and never the old tag.
+        // docs/design.md lists "a knote whose descriptor was closed without
+        // EV_DELETE goes stale" among its differences. What must still hold
+        // there: a clear error or a delivery, never a panic, and never the old tag.
         if p.arm(t_new, Interest::READABLE).is_ok() {
             assert_eq!(expect_one(&p, t_new).token(), t_new);
         }
@@ -415,7 +415,7 @@ pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend>() {
     drop(x);
     if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
         // libkqueue keeps a closed number's knote (a BSD kernel drops it at close,
-        // see DESIGN.md), so whether the re-arm is refused at once (EBADF) or rides
+        // see docs/design.md), so whether the re-arm is refused at once (EBADF) or rides
         // on the next wait and comes back as one error event depends on timing.
         // Either way the refusal is reported once, never lost.
         match p.arm(t, Interest::WRITABLE) {

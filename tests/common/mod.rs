@@ -3,8 +3,9 @@
 //! Each test file (`epoll.rs`, `blocking.rs`, `kqueue.rs`, `default_backend.rs`)
 //! does `#[macro_use] mod common;` and `suite!(TheBackend);`, which expands to one
 //! `#[test]` per body in [`bodies`] (the model on every descriptor kind, exact system
-//! call counts, threads, notify, bad input) and [`cases`] (one or more per scenario
-//! of `shared/cases/CASES.md`, named after its id).
+//! call counts, threads, notify, bad input), [`cases`] (one or more per scenario of
+//! `docs/cases.md`, named after its id), [`contract`] (the arming contract) and
+//! [`wakeups`] (deadlines, signals, counted notifies, what an event means).
 //!
 //! Timing never decides a pass: the only clocks here are lower bounds a correct
 //! poller must respect (a timeout waits at least its length) and generous deadlines
@@ -15,6 +16,7 @@
 
 pub mod bodies;
 pub mod cases;
+pub mod contract;
 pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
@@ -66,6 +68,7 @@ macro_rules! suite {
             bad_negative_fd,
             bad_register_own_descriptor,
             bad_closed_fd,
+            errno_reused_by_dev_null_is_always_ready_not_an_error,
             bad_deregistered_token,
             bad_garbage_token,
             poller_is_send_sync,
@@ -101,6 +104,10 @@ macro_rules! suite {
             case_p15_timeout_999us,
             case_p15_timeout_1500us,
             case_p15_timeout_max_until_notify,
+        ]);
+        suite!(@tests $backend, contract, [
+            contract_delivery_disarms_both_directions,
+            contract_arm_replaces_the_interest,
         ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]

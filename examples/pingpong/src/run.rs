@@ -1,17 +1,5 @@
-//! pingpong: the main job. P socketpairs, T threads delivering on one shared
-//! `Poller`, R round trips of 64 bytes; for every backend compiled on this OS it
-//! prints round trips per second and system calls per round trip by kind.
-//!
-//! ```text
-//! cargo run --release --example pingpong [-- --pairs P --threads T --rounds R --backend NAME]
-//! ```
-//!
-//! - `--pairs P`: socketpairs (default 8)
-//! - `--threads T`: threads calling `deliver` on the one poller (default 2)
-//! - `--rounds R`: round trips in all, spread over the pairs (default 300000)
-//! - `--backend epoll|kqueue|blocking|all`: default `all` (those compiled here:
-//!   epoll and blocking on Linux; kqueue and blocking on the BSDs and macOS, or on
-//!   Linux built with `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
+//! One run of the workload on one backend: P socketpairs, T threads delivering on
+//! one shared `Poller`, round trips of 64 bytes, every echo checked byte for byte.
 //!
 //! Each pair has a client end that writes 64 bytes and an echo end that writes
 //! them back. Handlers follow the runtime pattern: try the I/O, arm only when there
@@ -20,12 +8,8 @@
 //! answered), so it arms at once. One round trip on epoll at P=1 thus costs 8 system
 //! calls: per side one read, one write, one `EPOLL_CTL_MOD` and one wait. With more
 //! pairs, one wait returns several events and the waits are shared.
-//!
-//! The poller's counts come from `Poller::stats()` (cargo feature `stats`; the
-//! crate's dev-dependency on itself turns it on for examples); reads and writes are
-//! counted here, where they are made. Every echo is checked byte for byte.
 
-use pollshot::{Backend, Events, Interest, Poller, Token};
+use pollshot::{Backend, Events, Interest, Poller, Stats, Token};
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,6 +17,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const MSG: usize = 64;
+
+/// What one run measured.
+pub struct Report {
+    /// The backend's name, as the poller gives it.
+    pub backend: &'static str,
+    /// Round trips completed (the rounds asked for, rounded up to a multiple of
+    /// the pairs).
+    pub round_trips: u64,
+    /// From the first message to the last echo.
+    pub elapsed: Duration,
+    /// Socket reads and writes the handlers made (the poller does not count them).
+    pub reads: u64,
+    /// See `reads`.
+    pub writes: u64,
+    /// The poller's counters over the run.
+    pub stats: Stats,
+}
 
 /// One end of a socketpair and what its handler remembers.
 struct Endpoint {
@@ -160,13 +161,23 @@ fn write_message(mut sock: &UnixStream, msg: &[u8; MSG]) -> io::Result<()> {
     Ok(())
 }
 
-/// One run on backend `B`: returns the line to print.
-fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<String> {
-    let poller = Poller::<B>::with_backend()?;
+/// Adds what failed to an error: `socketpair: Too many open files`.
+fn context(what: &'static str) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// One run on backend `B`: `pairs` socketpairs, `threads` delivering threads,
+/// `rounds` round trips in all (rounded up to a multiple of `pairs`).
+///
+/// # Errors
+/// Creating the poller, a socketpair or a thread failed (EMFILE, EAGAIN), or the
+/// run went wrong (a short write, an echo that differs, an early EOF).
+pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Report> {
+    let poller = Poller::<B>::with_backend().map_err(context("creating the poller"))?;
     let quota = rounds.div_ceil(pairs as u64).max(1);
     let mut endpoints = Vec::with_capacity(2 * pairs);
     for pair in 0..pairs {
-        let (client, echo) = UnixStream::pair()?;
+        let (client, echo) = UnixStream::pair().map_err(context("socketpair"))?;
         for (sock, is_client) in [(client, true), (echo, false)] {
             sock.set_nonblocking(true)?;
             endpoints.push(Endpoint {
@@ -184,7 +195,7 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
     let mut tokens = Vec::with_capacity(endpoints.len());
     let mut by_slot = vec![0; endpoints.len()];
     for (i, ep) in endpoints.iter().enumerate() {
-        let token = poller.register(&ep.sock)?;
+        let token = poller.register(&ep.sock).map_err(context("register"))?;
         if by_slot.len() <= token.index() {
             by_slot.resize(token.index() + 1, 0);
         }
@@ -201,7 +212,6 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
         finished: AtomicBool::new(false),
     });
 
-    #[cfg(feature = "stats")]
     let before = shared.poller.stats();
     let start = Instant::now();
     let mut total = Counts::default();
@@ -213,19 +223,29 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
         }
         shared.poller.arm(shared.tokens[i], Interest::READABLE)?;
     }
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let shared = shared.clone();
-            std::thread::spawn(move || shared.serve())
-        })
-        .collect();
+    let mut handles = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let shared = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pingpong".into())
+            .spawn(move || shared.serve());
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // The threads already running would wait for round trips that
+                // cannot all happen: give up on the run (the process exits).
+                return Err(context("spawning a delivering thread")(e));
+            }
+        }
+    }
     for h in handles {
         let c = h.join().expect("a delivering thread panicked")?;
         total.round_trips += c.round_trips;
         total.reads += c.reads;
         total.writes += c.writes;
     }
-    let secs = start.elapsed().as_secs_f64();
+    let elapsed = start.elapsed();
+    let stats = shared.poller.stats().since(&before);
 
     let expected = quota * pairs as u64;
     if total.round_trips != expected {
@@ -239,143 +259,16 @@ fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Stri
             return Err(io::Error::other(format!("pair {} did not finish", ep.pair)));
         }
     }
-    let rt = total.round_trips as f64;
-    let reads = total.reads as f64 / rt;
-    let writes = total.writes as f64 / rt;
-    let name = shared.poller.backend_name();
-    let head = format!(
-        "{name:<9} P={pairs} T={threads}  {:>8.0} round trips/s  syscalls/round trip: ",
-        rt / secs.max(1e-9)
-    );
-
-    #[cfg(feature = "stats")]
-    let tail = {
-        let s = shared.poller.stats().since(&before);
-        let per = |n: u64| n as f64 / rt;
-        let commands = format!(
-            "[add {:.2} mod {:.2} quiet {:.2} del {:.2}]",
-            per(s.adds),
-            per(s.modifies),
-            per(s.quiets),
-            per(s.deletes)
-        );
-        // What a registration command and a wait are called on this backend.
-        let (ctl, wait) = match name {
-            "epoll" => (
-                format!("epoll_ctl {:.2} {commands}", per(s.ctl_calls)),
-                "wait",
-            ),
-            "kqueue" => (
-                format!(
-                    "kevent for changes alone {:.2} {commands}",
-                    per(s.ctl_calls)
-                ),
-                "kevent wait",
-            ),
-            _ => (format!("arms in memory, no syscall {commands}"), "poll"),
-        };
-        format!(
-            "{:.2} ({ctl}, {wait} {:.2}, wake {:.2}, read {reads:.2}, write {writes:.2})",
-            per(s.syscalls()) + reads + writes,
-            per(s.waits),
-            per(s.wakes + s.wake_reads),
-        )
-    };
-    #[cfg(not(feature = "stats"))]
-    let tail =
-        format!("read {reads:.2}, write {writes:.2} (poller counts need the `stats` feature)");
-
     let shared = Arc::try_unwrap(shared).ok().expect("threads have finished");
     for t in &shared.tokens {
         shared.poller.deregister(*t)?;
     }
-    Ok(head + &tail)
-}
-
-type Runner = fn(usize, usize, u64) -> io::Result<String>;
-
-/// The backends compiled for this target, by name.
-#[allow(clippy::vec_init_then_push)] // the pushes are cfg'd per target
-fn backends() -> Vec<(&'static str, Runner)> {
-    let mut compiled: Vec<(&str, Runner)> = Vec::new();
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    compiled.push(("epoll", run::<pollshot::backends::Epoll>));
-    #[cfg(pollshot_kqueue)]
-    compiled.push(("kqueue", run::<pollshot::backends::Kqueue>));
-    compiled.push(("blocking", run::<pollshot::backends::Blocking>));
-    compiled
-}
-
-fn usage(msg: &str) -> ! {
-    eprintln!("pingpong: {msg}");
-    eprintln!("usage: pingpong [--pairs P] [--threads T] [--rounds R] [--backend epoll|kqueue|blocking|all]");
-    std::process::exit(2)
-}
-
-fn main() {
-    let (mut pairs, mut threads, mut rounds, mut backend) =
-        (8usize, 2usize, 300_000u64, "all".to_string());
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            println!(
-                "pingpong: P socketpairs, T threads delivering on one shared poller, R round \
-                 trips of 64 bytes each, on every backend compiled for this OS.\n\
-                 usage: pingpong [--pairs P (8)] [--threads T (2)] [--rounds R (300000)] \
-                 [--backend epoll|kqueue|blocking|all (all)]"
-            );
-            return;
-        }
-        let value = args
-            .next()
-            .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || -> u64 {
-            match value.parse() {
-                Ok(n) if n > 0 => n,
-                _ => usage(&format!("{flag} {value:?}: expected a number above 0")),
-            }
-        };
-        match flag.as_str() {
-            "--pairs" => pairs = number() as usize,
-            "--threads" => threads = number() as usize,
-            "--rounds" => rounds = number(),
-            "--backend" => backend = value.clone(),
-            _ => usage(&format!("unknown flag {flag:?}")),
-        }
-    }
-
-    let compiled = backends();
-
-    let chosen: Vec<_> = compiled
-        .iter()
-        .filter(|(n, _)| backend == "all" || *n == backend)
-        .collect();
-    if chosen.is_empty() {
-        let names: Vec<_> = compiled.iter().map(|(n, _)| *n).collect();
-        let why = if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
-            "not compiled for this OS"
-        } else {
-            "unknown backend"
-        };
-        usage(&format!(
-            "--backend {backend:?}: {why}; this build has {} (or all)",
-            names.join(", ")
-        ));
-    }
-    // A hang would be a bug: say so instead of waiting forever.
-    let limit = Duration::from_secs(60 + rounds / 1000);
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!("pingpong: no result after {limit:?}: giving up (this is a bug)");
-        std::process::exit(1);
-    });
-    for (name, f) in chosen {
-        match f(pairs, threads, rounds) {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
-                eprintln!("pingpong: {name}: {e}");
-                std::process::exit(1);
-            }
-        }
-    }
+    Ok(Report {
+        backend: shared.poller.backend_name(),
+        round_trips: total.round_trips,
+        elapsed,
+        reads: total.reads,
+        writes: total.writes,
+        stats,
+    })
 }
