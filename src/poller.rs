@@ -172,6 +172,12 @@ impl<B: Backend> Poller<B> {
         })
     }
 
+    /// The backend (the loom model's kernel, `src/loom_tests/`).
+    #[cfg(all(test, loom))]
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
+    }
+
     /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
     pub fn backend_name(&self) -> &'static str {
         B::NAME

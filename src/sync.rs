@@ -8,7 +8,7 @@
 //! and the copy of the library that the integration tests link is built without it.
 
 #[cfg(all(loom, test))]
-pub(crate) use loom::sync::{atomic, Mutex, MutexGuard};
+pub(crate) use loom::sync::{atomic, Condvar, Mutex, MutexGuard};
 
 #[cfg(not(all(loom, test)))]
-pub(crate) use std::sync::{atomic, Mutex, MutexGuard};
+pub(crate) use std::sync::{atomic, Condvar, Mutex, MutexGuard};

@@ -14,10 +14,11 @@
 //!   do;
 //! - `wake`: the scenarios of issue 8, points 1, 3 and 4, and the synthetic
 //!   event's wake-up (the arm/deliver Dekker pair);
-//!
-//! The slot table (`src/table.rs`: one slot per descriptor number, a lock bit
-//! that parks on std's condition variables) is not under loom yet: its atomics
-//! and parking are std's, and a model of it is still to be written.
+//! - `kernel`: a backend for a real `Poller` under loom (an epoll-like kernel in
+//!   a loom mutex);
+//! - `table`: the table's lock-free lookup on that poller: an arm or a fetched
+//!   event racing a deregistration and a new registration of the same slot (point
+//!   7's kind), generation continuity, a lookup racing a new chunk.
 //!
 //! Each scenario's preemption bound is the second argument of its [`check`]: 3
 //! for those of 2 or 3 threads (every interleaving of those threads with up to 3
@@ -26,7 +27,9 @@
 //! two minutes here). Every bug seeded by hand (see the CHANGELOG and the
 //! issue's notes) fails within these bounds.
 
+mod kernel;
 mod model;
+mod table;
 mod wake;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
