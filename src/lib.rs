@@ -60,6 +60,8 @@ mod fork;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[cfg(feature = "model")]
 pub mod model;
 #[cfg(all(test, not(feature = "model")))]
@@ -72,6 +74,7 @@ pub mod state;
 #[cfg(not(feature = "model"))]
 mod state;
 mod stats;
+mod sync;
 mod table;
 mod token;
 mod wake;

@@ -7,13 +7,15 @@ use crate::fork;
 use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
+use crate::sync::atomic::AtomicBool;
+use crate::sync::{Mutex, MutexGuard};
 use crate::table::{Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
-use crate::wake::Notifies;
+use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
@@ -74,12 +76,12 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     backend: B,
     table: Table,
     /// Synthetic events for always-ready registrations: (slot, generation).
+    /// Whether it is non-empty is `notifies.synthetic_pending()`.
     synthetic: Mutex<Vec<(u32, u32)>>,
-    synthetic_pending: AtomicBool,
     /// While synthetic events are pending, which source fills a deliver's buffer
     /// first alternates: true means the kernel's turn (see `deliver`).
     kernel_turn: AtomicBool,
-    /// Pending notifies and blocked waiters (`src/wake.rs`).
+    /// Pending notifies, blocked waiters, queued synthetic events (`src/wake.rs`).
     notifies: Notifies,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
@@ -91,6 +93,8 @@ struct FdKernel<'a, B> {
     fd: RawFd,
     slot: u32,
     incarnation: u32,
+    /// A deregistration by `register` of the same number (not by `deregister`).
+    superseded: bool,
 }
 
 impl<B> FdKernel<'_, B> {
@@ -117,7 +121,11 @@ impl<B: Backend> Kernel for FdKernel<'_, B> {
         self.backend.quiet(self.fd, self.tag(generation))
     }
     fn delete(&mut self) -> Result<(), KernelError> {
-        self.backend.delete(self.fd, self.tag(0))
+        if self.superseded {
+            self.backend.delete_superseded(self.fd, self.tag(0))
+        } else {
+            self.backend.delete(self.fd, self.tag(0))
+        }
     }
 }
 
@@ -158,11 +166,16 @@ impl<B: Backend> Poller<B> {
             backend: B::new()?,
             table: Table::new(),
             synthetic: Mutex::new(Vec::new()),
-            synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
             notifies: Notifies::new(),
             forks,
         })
+    }
+
+    /// The backend (the loom model's kernel, `src/loom_tests/`).
+    #[cfg(all(test, loom))]
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
@@ -273,7 +286,7 @@ impl<B: Backend> Poller<B> {
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
             // whose events carry the old registration's generation: dropped as
             // stale, since the new one continues the slot's generations.
-            let _superseded = self.free(&mut slot);
+            let _superseded = self.free(&mut slot, true);
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
         let token = Token::new(fd as u32, incarnation);
@@ -288,8 +301,9 @@ impl<B: Backend> Poller<B> {
 
     /// Empties a locked slot, deleting its registration from the kernel if there.
     /// The slot's lock is held across the kernel's delete, so a racing arm then
-    /// finds the slot empty (`NotFound`).
-    fn free(&self, slot: &mut SlotGuard<'_>) -> io::Result<()> {
+    /// finds the slot empty (`NotFound`). `superseded`: a new registration of the
+    /// same number replaces it.
+    fn free(&self, slot: &mut SlotGuard<'_>, superseded: bool) -> io::Result<()> {
         let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
@@ -298,6 +312,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: entry.token.slot(),
             incarnation: entry.token.incarnation(),
+            superseded,
         });
         slot.vacate();
         result.map(drop).map_err(error::kernel)
@@ -323,6 +338,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: token.slot(),
             incarnation: token.incarnation(),
+            superseded: false,
         };
         f(entry.fd, &mut entry.state, kernel)
     }
@@ -451,30 +467,26 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        let queued = self.with_entry("arm", token, |_, state, mut kernel| {
+        let wake = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
             self.count_fallbacks(fb);
             match armed {
-                Ok(Armed::Synthetic) => {
-                    self.queue_synthetic(token.slot(), state.generation());
-                    Ok(true)
-                }
+                Ok(Armed::Synthetic) => Ok(self.queue_synthetic(token.slot(), state.generation())),
                 Ok(_) => Ok(false),
                 Err(e) => Err(error::kernel(e)),
             }
         })?;
-        if queued && self.notifies.waiters() > 0 {
-            // A waiter blocked in the kernel would not see the synthetic event. This
-            // wake-up is not a notify: the wait it ends finds none pending and goes on
-            // to take the synthetic event. With no waiter, the next deliver takes it
-            // (`queue_synthetic` published it before `waiters` was read; `deliver`
-            // counts itself before it reads the queue).
+        if wake {
+            // A waiter blocked in the kernel would not see the synthetic event:
+            // wake it (after the slot's lock is released).
             self.backend.wake()?;
         }
         Ok(())
     }
 
-    fn queue_synthetic(&self, slot: u32, generation: u32) {
+    /// Queues a synthetic event for `slot`; returns whether to wake the kernel (a
+    /// thread counted as waiting may be blocked there: `src/wake.rs`).
+    fn queue_synthetic(&self, slot: u32, generation: u32) -> bool {
         self.backend.counters().one(Count::Synthetic);
         let mut queue = lock(&self.synthetic);
         // At most one entry per slot: an earlier one is for an arming this arm
@@ -484,7 +496,7 @@ impl<B: Backend> Poller<B> {
             Some(entry) => entry.1 = generation,
             None => queue.push((slot, generation)),
         }
-        self.synthetic_pending.store(true, Ordering::SeqCst);
+        self.notifies.synthetic_queued()
     }
 
     /// Disarms the registration without removing it from the kernel: nothing is
@@ -523,7 +535,9 @@ impl<B: Backend> Poller<B> {
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
         match self.table.lock(token.index()) {
-            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => self.free(&mut slot),
+            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => {
+                self.free(&mut slot, false)
+            }
             _ => Err(error::unknown_token("deregister", token)),
         }
     }
@@ -574,101 +588,7 @@ impl<B: Backend> Poller<B> {
         self.check_fork("deliver")?;
         events.clear();
         let deadline = Deadline::new(timeout);
-        loop {
-            let left = deadline.left();
-            // Counted as a waiter before looking at the synthetic queue: an arm
-            // that queues a synthetic event after this load sees the waiter and
-            // wakes the kernel (`arm`; both sides `SeqCst`), so a synthetic event
-            // never waits behind a blocked wait.
-            let _waiting = (left != Some(Duration::ZERO)).then(|| self.notifies.waiting());
-            // While synthetic events are pending, the synthetic queue and the kernel
-            // take turns at filling the buffer first: whichever went first could
-            // fill a small buffer on every call (an always-ready registration
-            // re-armed after each delivery) and starve the other.
-            let pending = self.synthetic_pending.load(Ordering::SeqCst);
-            let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
-            if pending && !kernel_first {
-                self.take_synthetic(events);
-                if events.remaining() == 0 {
-                    return Ok(events.len());
-                }
-            }
-            // Block only if nothing is in hand yet and the synthetic queue has had
-            // its turn.
-            let wait_for = if kernel_first || !events.is_empty() {
-                Some(Duration::ZERO)
-            } else {
-                left
-            };
-            let waited = self.wait_kernel(events, wait_for);
-            if kernel_first {
-                self.take_synthetic(events);
-            }
-            let fetched = match waited {
-                Ok(fetched) => fetched,
-                // EINTR: nothing was fetched by this wait; events in hand are
-                // returned, never dropped.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    if events.is_empty() && !events.is_notified() {
-                        return Err(e);
-                    }
-                    return Ok(events.len());
-                }
-                Err(e) => return Err(e),
-            };
-            if !events.is_empty() || events.is_notified() {
-                return Ok(events.len());
-            }
-            if left == Some(Duration::ZERO) {
-                return Ok(0);
-            }
-            if wait_for == Some(Duration::ZERO) {
-                // Only the synthetic queue's stale entries and a peek at the
-                // kernel: now wait as asked.
-                continue;
-            }
-            if fetched == Fetched::Nothing {
-                // The kernel wait returned with no event and no wake-up: the
-                // timeout passed.
-                return Ok(0);
-            }
-            // Only stale events, or a wake-up that was not a notify (a synthetic
-            // event another deliver took, a merged wake-up): wait for the time left.
-        }
-    }
-
-    /// One backend wait for at most the room left in `events`; current events are
-    /// appended, and a kernel wake-up is checked against the pending notifies.
-    #[inline(always)]
-    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
-        let mut raw = std::mem::take(&mut events.raw);
-        raw.clear();
-        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
-        }
-        let fetched = if raw.is_empty() {
-            Fetched::Nothing
-        } else {
-            Fetched::Events
-        };
-        events.raw = raw;
-        let woken = waited?;
-        if woken {
-            let w = self.notifies.woken();
-            if w.notified {
-                events.set_notified();
-            }
-            if w.pass_on {
-                // More notifies are pending: wake the kernel again, so that the next
-                // waiter gets the next one. The waker's write fails only on misuse
-                // of its descriptor (EBADF); then the notifies stay pending, and are
-                // not reported to this caller, which got what it asked for.
-                let _ = self.backend.wake();
-            }
-            return Ok(Fetched::Woken);
-        }
-        Ok(fetched)
+        wake::deliver(self, events, || deadline.left())
     }
 
     /// Checks kernel events against the table; current ones are delivered.
@@ -684,8 +604,11 @@ impl<B: Backend> Poller<B> {
                 counters.one(Count::Stale);
                 continue;
             };
+            // Current: the stamp names the arming in force (the generation), or
+            // the registration (the incarnation, where the table's phase
+            // decides). Only a current event may be merged into a delivery.
             let (tag, current) = if B::TAG_IS_GENERATION {
-                (Some(ev.stamp), true)
+                (Some(ev.stamp), ev.stamp == entry.state.generation())
             } else {
                 (None, ev.stamp == stamp_of(entry.token))
             };
@@ -729,8 +652,9 @@ impl<B: Backend> Poller<B> {
                 let n = queue.len().min(events.remaining());
                 taken.clear();
                 taken.extend(queue.drain(..n));
-                self.synthetic_pending
-                    .store(!queue.is_empty(), Ordering::Release);
+                if queue.is_empty() {
+                    self.notifies.synthetic_drained();
+                }
             }
             if taken.is_empty() {
                 return;
@@ -817,6 +741,7 @@ impl<B: Backend> Poller<B> {
                     fd: entry.fd,
                     slot: entry.token.slot(),
                     incarnation: entry.token.incarnation(),
+                    superseded: false,
                 },
                 &mut fb,
             );
@@ -834,8 +759,10 @@ impl<B: Backend> Poller<B> {
             .unwrap_or_else(PoisonError::into_inner);
         queue.clear();
         queue.extend(synthetic);
-        *self.synthetic_pending.get_mut() = !queue.is_empty();
         self.notifies.reset();
+        if !queue.is_empty() {
+            self.notifies.synthetic_queued();
+        }
         self.forks = now;
         Ok(())
     }
@@ -865,17 +792,6 @@ impl<B: Backend> Poller<B> {
     pub fn waiters(&self) -> usize {
         self.notifies.waiters()
     }
-}
-
-/// What one backend wait brought, for `deliver`'s decision to return or wait on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fetched {
-    /// No kernel event and no wake-up: the wait timed out.
-    Nothing,
-    /// Kernel events (current or stale), no wake-up.
-    Events,
-    /// The waker fired (a notify, or a wake-up of the poller's own).
-    Woken,
 }
 
 /// A `deliver` call's deadline, taken once on entry.
@@ -931,6 +847,47 @@ fn synthetic_readiness(interest: Interest) -> Readiness {
         r.insert(Readiness::WRITABLE);
     }
     r
+}
+
+/// The loop of [`Poller::deliver`] (`wake::deliver`, shared with the loom model)
+/// runs on this poller's synthetic queue and backend.
+impl<B: Backend> Source for Poller<B> {
+    #[inline(always)]
+    fn notifies(&self) -> &Notifies {
+        &self.notifies
+    }
+
+    #[inline(always)]
+    fn kernel_turn(&self) -> bool {
+        self.kernel_turn.fetch_xor(true, Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn take_synthetic(&self, events: &mut Events) {
+        Poller::take_synthetic(self, events);
+    }
+
+    #[inline(always)]
+    fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
+        let mut raw = std::mem::take(&mut events.raw);
+        raw.clear();
+        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
+        if !raw.is_empty() {
+            self.accept(&raw, events);
+        }
+        let fetched = if raw.is_empty() {
+            Fetched::Nothing
+        } else {
+            Fetched::Events
+        };
+        events.raw = raw;
+        Ok(if waited? { Fetched::Woken } else { fetched })
+    }
+
+    #[inline(always)]
+    fn wake(&self) -> io::Result<()> {
+        self.backend.wake()
+    }
 }
 
 impl<B: Backend> Drop for Poller<B> {

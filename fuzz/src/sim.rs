@@ -23,13 +23,17 @@
 //!   one, or two when the kernel's answer forced a fallback; a disarm one; a
 //!   deregistration one exactly when the kernel holds the descriptor.
 //!
-//! Parity ([`run_parity`]): the same operations run on epoll, kqueue and poll
+//! Parity ([`run_parity`]): the same operations run on epoll, both kqueue
+//! semantics (`udata` carrying the generation, or fixed at `EV_ADD`) and poll
 //! semantics must deliver the same armings at the same operations, and give the
 //! same results, for every registration that was not left behind by a close
 //! (tainted) or raced on kqueue (see [`Owner::raced`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
+//! A wait that fetched only stale events delivers nothing ([`Op::StaleWait`]); a
+//! fork's re-initialisation issues only adds, one per armed registration, to the
+//! child's new kernel ([`Op::Fork`]).
 
 use pollshot::model::{
     Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, Semantics,
@@ -125,6 +129,22 @@ pub enum Op {
     },
     /// `notify`.
     Notify,
+    /// A thread's `deliver` whose first kernel wait fetches only stale events
+    /// (one for a registration's slot with a stale tag, as [`Op::Stale`]): it
+    /// delivers nothing from them and waits again (a whole [`Op::Deliver`]).
+    StaleWait {
+        /// Which registration's slot.
+        reg: u8,
+        /// How far back.
+        back: u8,
+        /// Which thread.
+        thread: u8,
+    },
+    /// `fork`, then `reinit_after_fork` in the child, which the simulation
+    /// follows from here on: a new kernel instance; registrations that were armed
+    /// are added to it armed (always-ready ones queue a synthetic event again),
+    /// idle ones become fresh; events other threads held are gone with them.
+    Fork,
 }
 
 /// Why an operation failed, comparable across semantics.
@@ -186,8 +206,9 @@ pub struct Owner {
     /// that kqueue dropped with the number).
     pub ever_tainted: bool,
     /// kqueue only: it was delivered by an event of an earlier arming that was in
-    /// a thread's hands across a disarm and re-arm (udata cannot tell armings
-    /// apart), or its two filters fired to two threads. Parity skips it.
+    /// a thread's hands across a disarm and re-arm (with `udata` fixed at
+    /// `EV_ADD`, which cannot tell armings apart), or its two filters fired to
+    /// two threads. Parity skips it.
     pub raced: bool,
     /// The arming in force: interest and number.
     pub spec: Option<(Interest, u64)>,
@@ -212,6 +233,25 @@ struct Flight {
     ev: ModelEvent,
     synthetic: bool,
     fabricated: bool,
+}
+
+impl Flight {
+    /// The synthetic event an arm of an always-ready registration queues.
+    fn synthetic(slot: usize, generation: u32, interest: Interest, origin: Origin) -> Flight {
+        Flight {
+            ev: ModelEvent {
+                raw: RawEvent {
+                    slot: slot as u32,
+                    stamp: generation,
+                    readiness: synthetic_readiness(interest),
+                },
+                origin,
+                filter: None,
+            },
+            synthetic: true,
+            fabricated: false,
+        }
+    }
 }
 
 /// How a new registration's first generation is chosen.
@@ -431,12 +471,12 @@ impl Sim {
         }
     }
 
-    fn note_commands(&mut self, slot: usize) {
+    /// Notes the stamps that `commands` (for `slot`) gave the kernel.
+    fn note_commands(&mut self, slot: usize, commands: &[CommandRecord]) {
         if !self.sem().tag_is_generation() {
             return;
         }
-        let gens: Vec<u32> = self
-            .commands
+        let gens: Vec<u32> = commands
             .iter()
             .filter(|c| c.error.is_none())
             .filter_map(|c| match c.command {
@@ -548,19 +588,7 @@ impl Sim {
                     ));
                 }
                 self.set_spec(owner, Some((interest, arming)));
-                let flight = Flight {
-                    ev: ModelEvent {
-                        raw: RawEvent {
-                            slot: slot as u32,
-                            stamp: after.generation(),
-                            readiness: synthetic_readiness(interest),
-                        },
-                        origin,
-                        filter: None,
-                    },
-                    synthetic: true,
-                    fabricated: false,
-                };
+                let flight = Flight::synthetic(slot, after.generation(), interest, origin);
                 // Poller::queue_synthetic: at most one queued entry per slot.
                 match self
                     .synthetic
@@ -585,8 +613,8 @@ impl Sim {
                 Err(failure(&e))
             }
         };
+        self.note_commands(slot, &cmds);
         self.commands = cmds;
-        self.note_commands(slot);
         if self.synthetic_queued > 0 && self.sem().tag_is_generation() {
             self.note_stamp(slot, after.generation());
         }
@@ -638,8 +666,8 @@ impl Sim {
         if !matches!(after.phase(), Phase::Armed(_)) {
             self.set_spec(owner, None);
         }
+        self.note_commands(slot, &cmds);
         self.commands = cmds;
-        self.note_commands(slot);
         let r = r.map(drop).map_err(|e| failure(&e));
         self.log(owner, r)
     }
@@ -767,6 +795,100 @@ impl Sim {
         earlier
     }
 
+    /// `deliver` by `thread` whose first kernel wait fetched only a stale event for
+    /// `owner`'s slot (see [`Sim::inject_stale`]): that wait delivers nothing, and
+    /// the call waits again (a whole [`Sim::deliver`], with its no-lost-readiness
+    /// check). Where the slot has no stale stamp yet (kqueue's stamp is the
+    /// incarnation), the first wait fetched nothing.
+    pub fn stale_only_wait(&mut self, owner: usize, back: u8, thread: usize) -> Vec<Delivery> {
+        let mut out = self.accept(thread);
+        let stale = self.stale;
+        self.inject_stale(owner, back, thread);
+        if !self.threads[thread].is_empty() {
+            let got = self.accept(thread);
+            assert!(
+                got.is_empty(),
+                "a wait that fetched only stale events delivered {got:?}"
+            );
+            assert_eq!(self.stale, stale + 1, "the stale event was not dropped");
+        }
+        out.extend(self.deliver(thread));
+        out
+    }
+
+    /// `fork`, then `Poller::reinit_after_fork` in the child (which the
+    /// simulation becomes): a new kernel instance ([`Model::fork_child`]); every
+    /// registration forgets the kernel, the armed ones are added to the new
+    /// instance armed (a new generation, the same arming), always-ready ones queue
+    /// a synthetic event again, a closed number (EBADF) is left unarmed. Checks
+    /// that only adds were issued, one per armed registration the kernel can
+    /// poll: a delete, modify or quiet would be a command for the parent's
+    /// registrations (on epoll the child inherits the parent's instance).
+    pub fn fork(&mut self) {
+        self.begin();
+        self.model.fork_child();
+        // Only the forking thread exists in the child, and it is not inside
+        // `deliver`: what the threads held belongs to the parent.
+        for t in &mut self.threads {
+            t.clear();
+        }
+        self.synthetic.clear();
+        for slot in 0..self.slots.len() {
+            let Some(entry) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            let owner = entry.owner;
+            let spec = self.owners[owner].spec;
+            entry.state.forget_kernel();
+            let origin = Origin {
+                owner: owner as u64,
+                arming: spec.map_or(0, |(_, n)| n),
+            };
+            let mut fb = Fallbacks::default();
+            let r = entry.state.rearm_fresh(
+                &mut self
+                    .model
+                    .kernel(entry.fd, slot as u32, entry.incarnation, origin),
+                &mut fb,
+            );
+            let (fd, after) = (entry.fd, entry.state);
+            let cmds = self.model.take_commands();
+            assert!(
+                cmds.iter().all(|c| matches!(c.command, Command::Add(..))),
+                "fork: re-initialisation issued {cmds:?}, not only adds"
+            );
+            match r {
+                Ok(Armed::Unchanged) => {
+                    assert!(spec.is_none(), "fork: armed {spec:?}, not re-added");
+                    assert!(cmds.is_empty(), "fork: idle, but issued {cmds:?}");
+                }
+                Ok(Armed::Kernel) => {
+                    assert!(spec.is_some(), "fork: idle, but re-added");
+                    assert_eq!(cmds.last().and_then(|c| c.error), None);
+                    if self.model.is_open(fd) {
+                        self.owners[owner].tainted = false;
+                    }
+                }
+                Ok(Armed::Synthetic) => {
+                    let (interest, _) = spec.expect("fork: idle, but a synthetic event");
+                    let flight = Flight::synthetic(slot, after.generation(), interest, origin);
+                    self.synthetic.push(flight);
+                    if self.sem().tag_is_generation() {
+                        self.note_stamp(slot, after.generation());
+                    }
+                }
+                // Closed in the child: left unarmed, reported at its next arm.
+                Err(KernelError::BadFd) => {
+                    assert!(!self.model.is_open(fd));
+                    self.set_spec(owner, None);
+                }
+                Err(e) => panic!("fork: re-adding registration {owner} failed: {e:?}"),
+            }
+            self.note_commands(slot, &cmds);
+            self.commands.extend(cmds);
+        }
+    }
+
     /// A thread checks the events it holds against the table (the second half of
     /// `deliver`, as `Poller::accept` and `Poller::take_synthetic` do).
     pub fn accept(&mut self, thread: usize) -> Vec<Delivery> {
@@ -821,7 +943,7 @@ impl Sim {
     /// Checks (b) and (c) for a delivery to `owner` completing an arming for
     /// `interest`; returns the arming.
     fn check_delivery(&mut self, owner: usize, f: &Flight, interest: Interest) -> u64 {
-        let kqueue = self.sem() == Semantics::Kqueue;
+        let fixed_udata = self.sem() == Semantics::KqueueFixedUdata;
         let o = &mut self.owners[owner];
         let Some((armed_for, arming)) = o.spec else {
             panic!("(b) delivered {f:?} to registration {owner}, which is not armed");
@@ -840,11 +962,13 @@ impl Sim {
             f.ev.origin.owner
         );
         if f.ev.origin.arming != arming {
-            // kqueue keeps no generation in udata: an event of an earlier arming of
-            // the same registration, in a thread's hands across a disarm and a
-            // re-arm, completes the new arming. Anything else is a bug.
+            // A kqueue whose udata is fixed at EV_ADD keeps no generation in it:
+            // an event of an earlier arming of the same registration, in a
+            // thread's hands across a disarm and a re-arm, completes the new
+            // arming. Anything else is a bug (on every other semantics the
+            // generation in the tag drops such an event).
             assert!(
-                kqueue && f.ev.origin.arming != 0 && f.ev.origin.arming < arming,
+                fixed_udata && f.ev.origin.arming != 0 && f.ev.origin.arming < arming,
                 "(b) delivered an event of arming {} for arming {arming} of registration {owner}",
                 f.ev.origin.arming
             );
@@ -935,7 +1059,19 @@ impl Sim {
             };
             let flying: Vec<&Flight> = self.in_flight().filter(current).collect();
             let view = self.model.view(entry.fd, slot as u32);
+            let flying_bits = flying.iter().fold(0u8, |b, f| {
+                b | match f.ev.filter {
+                    Some(pollshot::model::Filter::Read) => 1,
+                    Some(pollshot::model::Filter::Write) => 2,
+                    None => 0,
+                }
+            });
+            // kqueue with the generation in udata: each knote's own state.
+            let knote = |f: pollshot::model::Filter| self.model.knotes().get(&(entry.fd, f));
             let ok = match phase {
+                Phase::Fresh if sem == Semantics::Kqueue => pollshot::model::Filter::BOTH
+                    .iter()
+                    .all(|&f| !knote(f).is_some_and(|k| k.enabled && k.udata == tag)),
                 Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
                 // kqueue (`backends/kqueue/backend.rs`, `delivered`): when a disarm and
                 // re-arm came between the read of an event and its acceptance, the
@@ -944,17 +1080,27 @@ impl Sim {
                 // command decided"): the table says idle, the kernel armed, until
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
-                Phase::Idle if sem == Semantics::Kqueue && o.raced => view.present,
+                Phase::Idle if sem == Semantics::KqueueFixedUdata && o.raced => view.present,
                 Phase::Idle => view.present && view.armed.is_none(),
+                // Every filter of the interest carries this arming's udata and
+                // is enabled, or fired (an event of it in a thread's hands); no
+                // other filter is enabled.
                 Phase::Armed(i) if sem == Semantics::Kqueue => {
                     let enabled = view.armed.map_or(0, Interest::bits);
-                    let flying_bits = flying.iter().fold(0u8, |b, f| {
-                        b | match f.ev.filter {
-                            Some(pollshot::model::Filter::Read) => 1,
-                            Some(pollshot::model::Filter::Write) => 2,
-                            None => 0,
-                        }
+                    let each = pollshot::model::Filter::BOTH.iter().all(|&f| {
+                        let bit = match f {
+                            pollshot::model::Filter::Read => 1,
+                            pollshot::model::Filter::Write => 2,
+                        };
+                        !f.in_interest(i)
+                            || knote(f).is_some_and(|k| {
+                                k.udata == tag && (k.enabled || flying_bits & bit != 0)
+                            })
                     });
+                    each && enabled & !i.bits() == 0
+                }
+                Phase::Armed(i) if sem == Semantics::KqueueFixedUdata => {
+                    let enabled = view.armed.map_or(0, Interest::bits);
                     view.present
                         && view.tag == Some(tag)
                         && enabled & !i.bits() == 0
@@ -1044,14 +1190,24 @@ impl Sim {
                 reg,
                 back,
                 thread: t,
+            }
+            | Op::StaleWait {
+                reg,
+                back,
+                thread: t,
             } => {
                 if let Some(o) = pick(reg) {
-                    self.inject_stale(o, back, thread(t));
+                    if matches!(op, Op::Stale { .. }) {
+                        self.inject_stale(o, back, thread(t));
+                    } else {
+                        self.stale_only_wait(o, back, thread(t));
+                    }
                 }
             }
             Op::Notify => {
                 self.notify();
             }
+            Op::Fork => self.fork(),
         }
         self.check();
     }
@@ -1070,12 +1226,18 @@ impl Sim {
     }
 }
 
-/// Runs `ops` on epoll, kqueue and poll semantics, each registration starting at
-/// generation `start`, checking every invariant, then parity: each registration
-/// neither tainted nor raced in any run has the same history in all three.
-pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 3] {
-    let mut sims =
-        [Semantics::Epoll, Semantics::Kqueue, Semantics::Poll].map(|s| Sim::new(s, start, policy));
+/// Runs `ops` on epoll, both kqueue and poll semantics, each registration
+/// starting at generation `start`, checking every invariant, then parity: each
+/// registration neither tainted nor raced in any run has the same history in all
+/// four.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 4] {
+    let mut sims = [
+        Semantics::Epoll,
+        Semantics::Kqueue,
+        Semantics::KqueueFixedUdata,
+        Semantics::Poll,
+    ]
+    .map(|s| Sim::new(s, start, policy));
     for op in ops {
         for s in sims.iter_mut() {
             s.apply(op);

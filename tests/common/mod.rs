@@ -116,6 +116,10 @@ macro_rules! suite {
             wake_stale_only_deliver_none_returns_only_for_a_notify,
             #[cfg(feature = "stats")]
             wake_dup_outliving_close_stale_events_keep_waiting,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_dup_held_no_spin,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_forked_child_no_spin,
             wake_signal_is_interrupted_never_an_early_ok,
             #[cfg(feature = "stats")]
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
@@ -123,6 +127,10 @@ macro_rules! suite {
             wake_4_notifies_end_4_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_notify_storm_without_waiters_costs_one_write,
+            #[cfg(feature = "stats")]
+            wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1,
+            #[cfg(feature = "stats")]
+            wake_always_ready_arm_and_notify_with_2_blocked_delivers,
             wake_fair_64_ready_capacity_8_all_served_within_8_delivers,
             meaning_pipe_writer_whose_reader_closed_is_write_closed,
             meaning_half_close_is_read_closed_only,
