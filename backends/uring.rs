@@ -2,7 +2,8 @@
 //!
 //! Every io_uring operation the crate makes is in this file (io_uring_setup(2),
 //! io_uring_enter(2), `IORING_OP_POLL_ADD`, `IORING_OP_POLL_REMOVE`), through the
-//! `io-uring` crate.
+//! `io-uring` crate, and so are the epoll_ctl(2) and epoll_wait(2) of its private
+//! epoll instance ("Half-closed sockets" below).
 //!
 //! # Commands
 //!
@@ -13,7 +14,8 @@
 //!   is blocked in `io_uring_enter` (it would not see the arm until it returns), the
 //!   arming thread submits at once instead (one `io_uring_enter` without waiting,
 //!   counted in `Stats::ctl_calls`). A re-arm whose previous request is still
-//!   pending queues an `IORING_OP_POLL_REMOVE` for it first.
+//!   pending queues an `IORING_OP_POLL_REMOVE` for it first. The one exception, a
+//!   write-only arming of a half-closed socket, is an `epoll_ctl` (below).
 //! - disarm and deregister: an `IORING_OP_POLL_REMOVE` of the pending request, if
 //!   one is pending (none after a delivery), queued the same way. A request that
 //!   completes before its remove is processed is stale by generation and dropped by
@@ -59,10 +61,30 @@
 //! that came and went in between (data written, then read by another path) is still
 //! delivered once. The reader's next try answers `WouldBlock`, and it re-arms.
 //!
-//! Known gap: the kernel adds `POLLRDHUP` to every poll request (with `POLLERR`,
-//! `POLLHUP`), so a write-only arming of a socket whose peer shut down its write
-//! side completes at once with read-closed only, which the poller masks to an
-//! empty event where epoll reports nothing until the socket is writable.
+//! # Half-closed sockets: the private epoll instance
+//!
+//! The kernel adds `POLLRDHUP` to every poll request, with `POLLERR | POLLHUP`
+//! (`IO_POLL_UNMASK` in io_uring/poll.c), and no flag takes it out. So a
+//! write-only arming of a socket whose peer shut down its write side completes at
+//! once with read-closed alone, which says nothing about writing: epoll, asked for
+//! `EPOLLOUT`, reports nothing until the socket is writable. Such a completion is
+//! not delivered. The rest of that arming is watched by a private epoll instance
+//! (made at its first use): `EPOLLOUT | EPOLLONESHOT` with `data` = the arming's
+//! `user_data`, an `EPOLL_CTL_ADD` (or MOD where the descriptor has an entry from
+//! an earlier arming), one `epoll_ctl` counted in `Stats::ctl_calls`. The ring
+//! polls the instance's own descriptor with a oneshot `POLL_ADD` of its own; when
+//! that completes, the wait takes the instance's events (`epoll_wait`, timeout 0,
+//! counted in `Stats::waits`) as kernel events, checked against the slot's current
+//! arming like any other (an old one is dropped as stale), and polls it again
+//! while armings are left there. The registration is then known half-closed (a
+//! half-close is for good): its later write-only armings go to the instance
+//! directly (one MOD each) instead of a request that would complete at once. An
+//! arming with a readable interest is a poll request again (the read-closed is
+//! news for it), after deleting an entry still armed. A disarm or deregister
+//! deletes the entry (`EPOLL_CTL_DEL`; ENOENT and EBADF mean it is gone already),
+//! so nothing of the registration outlives it there; an epoll entry holds no
+//! reference to the file either. A thread that exits queues the instance's poll
+//! again like the others. Every other arming keeps the arm of no system call.
 //!
 //! Regular files and `/dev/null` have no poll method: the kernel reports them
 //! readable and writable at once, so each arm completes at its submission (always
@@ -109,13 +131,15 @@ use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use rustix::io::Errno;
 use std::cell::RefCell;
 use std::io;
 use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
@@ -124,6 +148,14 @@ const WAKER: u64 = pack64(u32::MAX, 0);
 const REMOVE: u64 = pack64(u32::MAX, 1);
 /// A slot with no pending request.
 const NONE: u64 = u64::MAX;
+/// The slot of the poll requests on the private epoll instance's descriptor; their
+/// stamp (2 and up) tells the current one from older ones.
+const EPOLL_SLOT: u32 = u32::MAX;
+/// What a completion must carry for a write-only arming to be delivered: the rest
+/// (`POLLRDHUP`, which the kernel adds to every poll request) is not about writing.
+const WRITE_BITS: u32 = (libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) as u32;
+/// Events taken from the private epoll instance per completion of its poll.
+const EPOLL_BATCH: usize = 32;
 
 /// Submission queue entries; the completion queue has twice as many.
 const ENTRIES: u32 = 256;
@@ -149,6 +181,17 @@ struct Pending {
     /// checks the number), a quiet or delete `BadFd` while the number is closed and
     /// `NotFound` once it is open again.
     lost: bool,
+    /// The current arming (`user_data`) is watched by the private epoll instance,
+    /// not by a poll request (see "Half-closed sockets" in the module docs).
+    via_epoll: bool,
+    /// The descriptor may have an entry in the private epoll instance (armed when
+    /// `via_epoll`, else disabled by its oneshot report): a hint for ADD or MOD,
+    /// and what a disarm or deregister deletes.
+    in_epoll: bool,
+    /// This registration's socket reported read-closed to a write-only arming: its
+    /// write-only armings go to the private epoll instance directly. Cleared by the
+    /// registration's first arm (an add).
+    half_closed: bool,
 }
 
 const IDLE: Pending = Pending {
@@ -157,7 +200,23 @@ const IDLE: Pending = Pending {
     events: 0,
     older: 0,
     lost: false,
+    via_epoll: false,
+    in_epoll: false,
+    half_closed: false,
 };
+
+impl Pending {
+    /// No request pending, with what the slot knows of the private epoll kept.
+    #[inline]
+    fn idle(self) -> Pending {
+        Pending {
+            fd: self.fd,
+            in_epoll: self.in_epoll,
+            half_closed: self.half_closed,
+            ..IDLE
+        }
+    }
+}
 
 /// What the mutex guards besides the queues.
 #[derive(Debug)]
@@ -172,6 +231,14 @@ struct Shared {
     followers: usize,
     /// A wake-up no wait has taken yet (the binary waker: later ones merge).
     woken: bool,
+    /// Slots whose current arming the private epoll instance watches.
+    epoll_armed: usize,
+    /// The stamp of the pending poll request on the private epoll instance's own
+    /// descriptor (`user_data` = [`EPOLL_SLOT`] | stamp << 32), or 0: none.
+    epoll_poll: u32,
+    /// The last stamp handed out (from 2 on: 0 and 1 are the waker's and the
+    /// removes').
+    epoll_seq: u32,
 }
 
 impl Shared {
@@ -182,6 +249,9 @@ impl Shared {
             kicked: false,
             followers: 0,
             woken: false,
+            epoll_armed: 0,
+            epoll_poll: 0,
+            epoll_seq: 1,
         }
     }
 
@@ -215,6 +285,9 @@ struct Ring {
     /// Followers wait here for the leader's hand-over or a wake-up.
     handoff: Condvar,
     waker: OwnedFd,
+    /// The private epoll instance for write-only armings of half-closed sockets,
+    /// made at its first use.
+    epoll: OnceLock<OwnedFd>,
     /// `IOSQE_CQE_SKIP_SUCCESS` is known (5.17): a successful remove posts nothing.
     skip_success: bool,
     counters: Arc<Counters>,
@@ -393,6 +466,7 @@ impl Ring {
             shared: Mutex::new(Shared::new()),
             handoff: Condvar::new(),
             waker,
+            epoll: OnceLock::new(),
             skip_success,
             counters,
             me: me.clone(),
@@ -421,7 +495,7 @@ impl Ring {
             let mut queued = false;
             for i in 0..g.pending.len() {
                 let p = g.pending[i];
-                if p.user_data == NONE {
+                if p.user_data == NONE || p.via_epoll {
                     continue;
                 }
                 let remove = self.remove_entry(p.user_data);
@@ -433,6 +507,17 @@ impl Ring {
                 }
                 g.pending[i].older += 1;
                 queued = true;
+            }
+            if g.epoll_poll != 0 {
+                // The private epoll's poll too, under a new stamp: the old one's
+                // -ECANCELED (the remove's answer, or the exit's) is then stale.
+                let remove = self.remove_entry(pack64(EPOLL_SLOT, g.epoll_poll));
+                g.epoll_poll = 0;
+                if self.push(&mut g, &remove).is_ok() {
+                    if let Some(again) = self.epoll_poll(&mut g) {
+                        queued |= self.push(&mut g, &again).is_ok();
+                    }
+                }
             }
             let kick = queued && g.leader && !g.kicked;
             if kick {
@@ -495,41 +580,70 @@ impl Ring {
 
     /// Queues the request for an arming; `rearm`: a modify, which answers
     /// `NotFound` for a number the kernel reported closed (see [`Pending::lost`]).
+    /// A write-only arming of a registration known to be half-closed is made in
+    /// the private epoll instance instead (one `epoll_ctl`).
     #[inline(always)]
     fn arm(&self, fd: RawFd, tag: Tag, interest: Interest, rearm: bool) -> Result<(), KernelError> {
         let user_data = pack64(tag.slot, tag.generation);
         let events = poll_events(interest);
-        let entry = opcode::PollAdd::new(types::Fd(fd), events)
-            .build()
-            .user_data(user_data);
         let leader = {
             let mut g = self.lock();
-            let old = *g.slot(tag.slot);
+            let mut old = *g.slot(tag.slot);
             if rearm && old.lost {
                 return Err(KernelError::NotFound);
             }
-            if old.user_data != NONE {
+            if !rearm {
+                // A registration's first arm (or its number's check after a
+                // loss): what the slot knew of a socket no longer holds.
+                old.half_closed = false;
+            }
+            if old.user_data != NONE && !old.via_epoll {
                 let remove = self.remove_entry(old.user_data);
                 self.push(&mut g, &remove)?;
             }
-            self.push(&mut g, &entry)?;
-            *g.slot(tag.slot) = Pending {
+            // A poll request would complete at once with read-closed.
+            let to_epoll = old.half_closed && events & libc::POLLIN as u32 == 0;
+            let now = if old.via_epoll && !to_epoll {
+                // Back to a poll request: the epoll entry must not report.
+                self.epoll_forget(&mut g, tag.slot, fd)?;
+                *g.slot(tag.slot)
+            } else {
+                old
+            };
+            let pending = Pending {
                 user_data,
                 fd,
                 events,
-                older: 0,
-                lost: false,
+                via_epoll: now.via_epoll,
+                ..now.idle()
             };
+            if to_epoll {
+                *g.slot(tag.slot) = pending;
+                match self.epoll_watch(&mut g, tag.slot)? {
+                    Some(poll) => self.push(&mut g, &poll)?,
+                    None => return Ok(()),
+                }
+            } else {
+                let entry = opcode::PollAdd::new(types::Fd(fd), events)
+                    .build()
+                    .user_data(user_data);
+                self.push(&mut g, &entry)?;
+                *g.slot(tag.slot) = pending;
+            }
             g.leader
         };
         self.submit_for_leader(leader)
     }
 
-    /// Removes the slot's pending request, if any.
+    /// Removes the slot's pending request or epoll entry, if any.
     fn remove(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         let leader = {
             let mut g = self.lock();
+            // Nothing of the registration outlives a disarm or deregister in the
+            // private epoll instance.
+            self.epoll_forget(&mut g, tag.slot, fd)?;
             let old = std::mem::replace(g.slot(tag.slot), IDLE);
+            g.slot(tag.slot).half_closed = old.half_closed;
             if old.lost {
                 // As epoll answers for a descriptor it dropped at close: EBADF while
                 // the number is closed, ENOENT once it names a descriptor again.
@@ -540,7 +654,7 @@ impl Ring {
                     _ => KernelError::NotFound,
                 });
             }
-            if old.user_data == NONE {
+            if old.user_data == NONE || old.via_epoll {
                 return Ok(());
             }
             let remove = self.remove_entry(old.user_data);
@@ -548,6 +662,154 @@ impl Ring {
             g.leader
         };
         self.submit_for_leader(leader)
+    }
+
+    /// The private epoll instance, made at its first use.
+    fn private_epoll(&self) -> io::Result<&OwnedFd> {
+        if let Some(ep) = self.epoll.get() {
+            return Ok(ep);
+        }
+        // Under the mutex: no other thread makes one meanwhile.
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        Ok(self.epoll.get_or_init(|| ep))
+    }
+
+    /// Watches the slot's descriptor for the rest of its current arming (its
+    /// `user_data`) in the private epoll instance: `EPOLLOUT | EPOLLONESHOT`, MOD
+    /// where an entry may exist and ADD where not, each falling back to the other
+    /// (ENOENT, EEXIST). Returns the poll on the instance's descriptor to queue,
+    /// if none is pending. On failure the slot is left with nothing pending.
+    fn epoll_watch(&self, g: &mut Shared, slot: u32) -> Result<Option<squeue::Entry>, KernelError> {
+        let p = *g.slot(slot);
+        let r = self
+            .private_epoll()
+            .map_err(KernelError::Other)
+            .and_then(|ep| {
+                let data = EventData::new_u64(p.user_data);
+                let flags = EventFlags::OUT | EventFlags::ONESHOT;
+                let mut modify = p.in_epoll;
+                for _ in 0..2 {
+                    self.counters.one(Count::CtlCall);
+                    let r = if modify {
+                        epoll::modify(ep, fd_ref(p.fd), data, flags)
+                    } else {
+                        epoll::add(ep, fd_ref(p.fd), data, flags)
+                    };
+                    match r {
+                        Ok(()) => return Ok(()),
+                        Err(Errno::NOENT) if modify => modify = false,
+                        Err(Errno::EXIST) if !modify => modify = true,
+                        Err(Errno::BADF) => return Err(KernelError::BadFd),
+                        Err(e) => return Err(KernelError::Other(e.into())),
+                    }
+                }
+                Err(KernelError::Other(io::Error::other(
+                    "pollshot io_uring backend: epoll_ctl answered ENOENT and EEXIST",
+                )))
+            });
+        if let Err(e) = r {
+            if p.via_epoll {
+                g.epoll_armed -= 1;
+            }
+            *g.slot(slot) = Pending {
+                in_epoll: true, // it may be there: a later delete tries
+                ..p.idle()
+            };
+            return Err(e);
+        }
+        if !p.via_epoll {
+            g.epoll_armed += 1;
+        }
+        *g.slot(slot) = Pending {
+            via_epoll: true,
+            in_epoll: true,
+            half_closed: true,
+            ..p
+        };
+        Ok(self.epoll_poll(g))
+    }
+
+    /// Deletes the registration's entry (descriptor `fd`) from the private epoll
+    /// instance, if it may have one (ENOENT and EBADF mean it is gone already).
+    /// Nothing is pending there after.
+    fn epoll_forget(&self, g: &mut Shared, slot: u32, fd: RawFd) -> Result<(), KernelError> {
+        let p = *g.slot(slot);
+        if !p.in_epoll {
+            return Ok(());
+        }
+        if p.via_epoll {
+            g.epoll_armed -= 1;
+            *g.slot(slot) = Pending {
+                in_epoll: false,
+                ..p.idle()
+            };
+        } else {
+            g.slot(slot).in_epoll = false;
+        }
+        let Some(ep) = self.epoll.get() else {
+            return Ok(());
+        };
+        self.counters.one(Count::CtlCall);
+        match epoll::delete(ep, fd_ref(fd)) {
+            Ok(()) | Err(Errno::NOENT) | Err(Errno::BADF) => Ok(()),
+            Err(e) => Err(KernelError::Other(e.into())),
+        }
+    }
+
+    /// The poll on the private epoll instance's descriptor, if none is pending and
+    /// some arming is watched there. The caller pushes it.
+    fn epoll_poll(&self, g: &mut Shared) -> Option<squeue::Entry> {
+        if g.epoll_poll != 0 || g.epoll_armed == 0 {
+            return None;
+        }
+        let ep = self.epoll.get()?;
+        g.epoll_seq = g.epoll_seq.wrapping_add(1).max(2);
+        g.epoll_poll = g.epoll_seq;
+        Some(
+            opcode::PollAdd::new(types::Fd(ep.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(pack64(EPOLL_SLOT, g.epoll_poll)),
+        )
+    }
+
+    /// The private epoll instance reported readable: takes at most `room` of its
+    /// events (`epoll_wait` with timeout 0) into `out`, current armings only.
+    fn epoll_take(&self, g: &mut Shared, out: &mut Vec<RawEvent>, room: usize) {
+        let Some(ep) = self.epoll.get() else { return };
+        let mut buf = [MaybeUninit::<epoll::Event>::uninit(); EPOLL_BATCH];
+        let n = room.clamp(1, EPOLL_BATCH);
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        self.counters.one(Count::Wait);
+        // An error (EINTR) leaves the events in the instance: the poll queued
+        // again after this completes at once.
+        let Ok((ready, _)) = epoll::wait(ep, &mut buf[..n], Some(&zero)) else {
+            return;
+        };
+        for ev in ready.iter() {
+            let (flags, user_data) = (ev.flags, ev.data.u64());
+            let (slot, generation) = unpack64(user_data);
+            let current = g
+                .pending
+                .get(slot as usize)
+                .is_some_and(|p| p.via_epoll && p.user_data == user_data);
+            if !current {
+                self.counters.one(Count::Stale);
+                continue;
+            }
+            // The oneshot entry is disabled by its report and stays for the next
+            // write-only arming (a MOD).
+            g.epoll_armed -= 1;
+            let p = &mut g.pending[slot as usize];
+            *p = p.idle();
+            out.push(RawEvent {
+                slot,
+                stamp: generation,
+                readiness: Readiness::from_epoll(flags.bits()),
+            });
+        }
     }
 
     /// Takes completions into `out` (at most `max` in all), handling the waker's,
@@ -563,7 +825,7 @@ impl Ring {
                 let mut cq = unsafe { self.ring.completion_shared() };
                 while out.len() < max && rearm.is_none() {
                     let Some(cqe) = cq.next() else { break };
-                    rearm = self.complete(g, &cqe, out);
+                    rearm = self.complete(g, &cqe, out, max);
                 }
                 if !cq.is_empty() {
                     left = true;
@@ -601,14 +863,16 @@ impl Ring {
         }
     }
 
-    /// One completion. Returns the entry to queue again for a cancelled current
-    /// request.
+    /// One completion, with room for it in `out` (at most `max` in all). Returns
+    /// the entry to queue: again for a cancelled current request, or the poll on
+    /// the private epoll instance.
     #[inline(always)]
     fn complete(
         &self,
         g: &mut Shared,
         cqe: &cqueue::Entry,
         out: &mut Vec<RawEvent>,
+        max: usize,
     ) -> Option<squeue::Entry> {
         let user_data = cqe.user_data();
         if user_data == WAKER {
@@ -625,10 +889,24 @@ impl Ring {
         }
         let (slot, generation) = unpack64(user_data);
         let res = cqe.result();
+        if slot == EPOLL_SLOT {
+            if generation != g.epoll_poll {
+                // An older poll, removed when a submitting thread exited.
+                return None;
+            }
+            g.epoll_poll = 0;
+            if res != -libc::ECANCELED {
+                self.epoll_take(g, out, max - out.len());
+            }
+            // Its submitting thread exited (-ECANCELED), or armings are left: again.
+            return self.epoll_poll(g);
+        }
+        // A slot watched by the private epoll has no poll request of its own: a
+        // request with its tag is an older one.
         let current = g
             .pending
             .get(slot as usize)
-            .is_some_and(|p| p.user_data == user_data);
+            .is_some_and(|p| p.user_data == user_data && !p.via_epoll);
         if res == -libc::ECANCELED {
             if !current {
                 // The answer to a remove: the kernel's report for a disarmed or
@@ -656,7 +934,32 @@ impl Ring {
             self.counters.one(Count::Stale);
             return None;
         }
-        g.pending[slot as usize] = IDLE;
+        let p = g.pending[slot as usize];
+        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & WRITE_BITS == 0 {
+            // A write-only arming completed with read-closed alone (the kernel adds
+            // POLLRDHUP to every poll request): epoll would report nothing until
+            // the socket is writable. The private epoll watches the rest of it.
+            g.pending[slot as usize].half_closed = true;
+            match self.epoll_watch(g, slot) {
+                Ok(poll) => return poll,
+                Err(KernelError::BadFd) => {
+                    // Closed since: as a request's -EBADF, below.
+                    g.pending[slot as usize].lost = true;
+                    return None;
+                }
+                Err(_) => {
+                    // No way to watch it (ENOMEM, ENOSPC: max_user_watches): an
+                    // error event, which a write then explains.
+                    out.push(RawEvent {
+                        slot,
+                        stamp: generation,
+                        readiness: FAILED,
+                    });
+                    return None;
+                }
+            }
+        }
+        g.pending[slot as usize] = p.idle();
         if res == -libc::EBADF {
             // Closed before submission: dropped, as epoll drops a closed descriptor.
             g.pending[slot as usize].lost = true;
@@ -919,7 +1222,9 @@ impl Driver for Uring {
     }
 
     fn owns_fd(&self, fd: RawFd) -> bool {
-        fd == self.ring.ring.as_raw_fd() || fd == self.ring.waker.as_raw_fd()
+        fd == self.ring.ring.as_raw_fd()
+            || fd == self.ring.waker.as_raw_fd()
+            || self.ring.epoll.get().is_some_and(|ep| fd == ep.as_raw_fd())
     }
 
     fn counters(&self) -> &Counters {

@@ -2,12 +2,16 @@
 //! served by T threads on one pollshot poller and, in the same run, on `polling`,
 //! each loaded by `wrk -t2 -c64 -d5s` (the Debian package) in turn.
 //!
-//! Usage: `cargo bench --bench keepalive [-- --threads T --seconds S --reps N]`
-//! (defaults 2, 5, 3; `POLLSHOT_BENCH_QUICK=1`: 1 repetition of 2 s). Prints, per
-//! peer: median requests per second, wrk's errors (socket errors and non-2xx
-//! responses), the server's CPU time per request (getrusage: the server threads
-//! only, wrk is another process), and the ratio pollshot / polling. Without `wrk`
-//! on PATH it prints a SKIPPED line and exits 0.
+//! Usage: `cargo bench --bench keepalive [-- --threads T --seconds S --reps N
+//! --backend NAME[,NAME]]` (defaults 2, 5, 3 and the default backend;
+//! `POLLSHOT_BENCH_QUICK=1`: 1 repetition of 2 s). `--backend` names pollshot's
+//! backends to run: the default one (`epoll` on Linux), `uring` (Linux, with
+//! `--features io-uring`: `cargo bench --features io-uring --bench keepalive --
+//! --backend epoll,uring`), or `all` (those compiled). Prints, per peer: median
+//! requests per second, wrk's errors (socket errors and non-2xx responses), the
+//! server's CPU time per request (getrusage: the server threads only, wrk is
+//! another process), and the ratio to polling. Without `wrk` on PATH it prints a
+//! SKIPPED line and exits 0.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -98,7 +102,7 @@ fn one(peer: Peer, threads: usize, seconds: u64) -> (WrkResult, f64, u64) {
 
 fn main() {
     let args = Args::parse();
-    args.only(&["threads", "seconds", "reps"]);
+    args.only(&["threads", "seconds", "reps", "backend"]);
     let quick = common::quick();
     let threads: usize = args.num("threads", 2);
     let seconds: u64 = args.num("seconds", if quick { 2 } else { 5 });
@@ -106,6 +110,9 @@ fn main() {
     if threads == 0 || seconds == 0 || reps == 0 {
         die("--threads, --seconds and --reps must be at least 1");
     }
+    let mut peers = pollshot_peers(args.get("backend"));
+    peers.push(Peer::Polling);
+    let polling = peers.len() - 1;
     if !wrk_available() {
         println!("keepalive: SKIPPED: `wrk` is not on PATH (Debian/Ubuntu: apt-get install wrk; FreeBSD: pkg install wrk)");
         return;
@@ -114,7 +121,6 @@ fn main() {
         "keepalive: wrk -t2 -c64 -d{seconds}s against 127.0.0.1, server T={threads}; {}; {reps} interleaved repetitions",
         common::machine()
     );
-    let peers = [Peer::Pollshot, Peer::Polling];
     let mut rows: Vec<Vec<(WrkResult, f64, u64)>> = vec![Vec::new(); peers.len()];
     for rep in 0..reps {
         for k in 0..peers.len() {
@@ -123,7 +129,7 @@ fn main() {
         }
     }
     println!(
-        "{:<10} {:>12} {:>8} {:>14} {:>12} {:>9}",
+        "{:<15} {:>12} {:>8} {:>14} {:>12} {:>9}",
         "peer", "requests/s", "errors", "server cpu us", "served", "x polling"
     );
     let med: Vec<f64> = rows
@@ -140,19 +146,43 @@ fn main() {
                 .collect::<Vec<_>>(),
         );
         println!(
-            "{:<10} {:>12.0} {:>8} {:>14.2} {:>12} {:>8.2}x",
-            format!("{peer:?}").to_lowercase(),
+            "{:<15} {:>12.0} {:>8} {:>14.2} {:>12} {:>8.2}x",
+            peer.name(),
             med[i],
             errors,
             cpu_us,
             served,
-            med[i] / med[1]
+            med[i] / med[polling]
         );
     }
     let errors: u64 = rows.iter().flatten().map(|x| x.0.errors).sum();
+    let ratios: Vec<String> = peers[..polling]
+        .iter()
+        .zip(&med)
+        .map(|(p, m)| format!("{} / polling = {:.2}x", p.name(), m / med[polling]))
+        .collect();
     println!(
-        "targets: wrk errors 0: {} ({errors}); pollshot / polling = {:.2}x",
+        "targets: wrk errors 0: {} ({errors}); {}",
         if errors == 0 { "ok" } else { "MISS" },
-        med[0] / med[1]
+        ratios.join(", ")
     );
+}
+
+/// The pollshot peers `--backend` names (comma-separated; `all`: every one
+/// compiled); the default backend alone without it.
+fn pollshot_peers(names: Option<&str>) -> Vec<Peer> {
+    let Some(names) = names else {
+        return vec![Peer::Pollshot];
+    };
+    if names == "all" {
+        #[allow(unused_mut)]
+        let mut all = vec![Peer::Pollshot];
+        #[cfg(all(target_os = "linux", feature = "io-uring"))]
+        all.push(Peer::PollshotUring);
+        return all;
+    }
+    names
+        .split(',')
+        .map(|n| Peer::pollshot(n).unwrap_or_else(|why| die(&format!("--backend: {why}"))))
+        .collect()
 }

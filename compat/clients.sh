@@ -34,7 +34,7 @@ for tool in cargo jq; do
     if ! command -v "$tool" >/dev/null; then
         if [ "$tool" = jq ] && command -v apt-get >/dev/null; then
             echo "installing jq (apt-get)"
-            apt-get install -y jq
+            apt-get install -y jq || { apt-get update && apt-get install -y jq; }
         else
             echo "clients.sh: $tool is required" >&2
             exit 1

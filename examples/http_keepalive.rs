@@ -2,7 +2,8 @@
 //! threads delivering on one poller.
 //!
 //! ```text
-//! cargo run --release --example http_keepalive [-- --threads T --port PORT --peer pollshot|polling --seconds S]
+//! cargo run --release --example http_keepalive [-- --threads T --port PORT --peer pollshot|polling --backend NAME --seconds S]
+//! cargo run --release --features io-uring --example http_keepalive -- --backend uring
 //! wrk -t2 -c64 -d5s http://127.0.0.1:PORT/
 //! ```
 //!
@@ -10,6 +11,9 @@
 //! - `--port PORT`: default 0 (any free port; the one chosen is printed)
 //! - `--peer polling`: the same responder on the `polling` crate (oneshot mode,
 //!   re-armed with `modify`), for comparison; default `pollshot`
+//! - `--backend NAME`: pollshot's backend: the default one (`epoll` on Linux,
+//!   `kqueue` on the BSDs and macOS; the default) or `uring` (Linux, built with
+//!   `--features io-uring`)
 //! - `--seconds S`: stop after S seconds (default: run until killed)
 //!
 //! Every request (anything ending in an empty line; bodies are not expected) gets
@@ -35,8 +39,44 @@ const RESPONSE: &[u8] =
 pub enum Peer {
     /// `pollshot::Poller` on the default backend.
     Pollshot,
+    /// `pollshot::Poller<pollshot::backends::Uring>` (Linux, feature `io-uring`).
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    PollshotUring,
     /// `polling::Poller` in oneshot mode.
     Polling,
+}
+
+impl Peer {
+    /// The name reports use: `pollshot-epoll` (the default backend's name),
+    /// `pollshot-uring`, `polling`.
+    pub fn name(self) -> String {
+        match self {
+            Peer::Pollshot => format!("pollshot-{}", default_backend()),
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            Peer::PollshotUring => "pollshot-uring".to_owned(),
+            Peer::Polling => "polling".to_owned(),
+        }
+    }
+
+    /// pollshot on the backend named `name` (`DefaultBackend`'s name, or `uring`
+    /// where compiled), or why not.
+    pub fn pollshot(name: &str) -> Result<Peer, String> {
+        if name == default_backend() {
+            return Ok(Peer::Pollshot);
+        }
+        #[cfg(all(target_os = "linux", feature = "io-uring"))]
+        if name == "uring" {
+            return Ok(Peer::PollshotUring);
+        }
+        Err(if name == "uring" {
+            "uring needs Linux and --features io-uring".to_owned()
+        } else {
+            format!(
+                "unknown backend {name:?}: expected {} or uring",
+                default_backend()
+            )
+        })
+    }
 }
 
 /// What a finished server counted.
@@ -73,9 +113,15 @@ trait Reactor: Send + Sync + 'static {
     fn wake(&self) -> io::Result<()>;
 }
 
-struct PollshotReactor(pollshot::Poller);
+/// The default backend's name (`epoll`, `kqueue`, `blocking`), as a poller on it
+/// reports it.
+fn default_backend() -> &'static str {
+    pollshot::Poller::new().map_or("default", |p| p.backend_name())
+}
 
-impl Reactor for PollshotReactor {
+struct PollshotReactor<B: pollshot::Backend>(pollshot::Poller<B>);
+
+impl<B: pollshot::Backend> Reactor for PollshotReactor<B> {
     type Events = pollshot::Events;
     fn events() -> pollshot::Events {
         pollshot::Events::with_capacity(64)
@@ -333,6 +379,13 @@ pub fn serve(
             threads,
             stop,
         ),
+        #[cfg(all(target_os = "linux", feature = "io-uring"))]
+        Peer::PollshotUring => start(
+            PollshotReactor(pollshot::Poller::<pollshot::backends::Uring>::with_backend()?),
+            listener,
+            threads,
+            stop,
+        ),
         Peer::Polling => start(
             PollingReactor {
                 poller: polling::Poller::new()?,
@@ -410,7 +463,7 @@ fn start<R: Reactor>(
 fn usage(msg: &str) -> ! {
     eprintln!("http_keepalive: {msg}");
     eprintln!(
-        "usage: http_keepalive [--threads T] [--port PORT] [--peer pollshot|polling] [--seconds S]"
+        "usage: http_keepalive [--threads T] [--port PORT] [--peer pollshot|polling] [--backend epoll|kqueue|uring] [--seconds S]"
     );
     std::process::exit(2)
 }
@@ -424,6 +477,7 @@ fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> T {
 fn main() -> io::Result<()> {
     let (mut threads, mut port, mut peer, mut seconds) =
         (2usize, 0u16, Peer::Pollshot, None::<u64>);
+    let mut backend = None::<String>;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args
@@ -440,13 +494,21 @@ fn main() -> io::Result<()> {
                     _ => usage(&format!("--peer {value:?}: expected pollshot or polling")),
                 }
             }
+            "--backend" => backend = Some(value),
             _ => usage(&format!("unknown flag {flag:?}")),
         }
     }
+    if let Some(name) = backend {
+        if peer == Peer::Polling {
+            usage("--backend is pollshot's: not with --peer polling");
+        }
+        peer = Peer::pollshot(&name).unwrap_or_else(|why| usage(&format!("--backend: {why}")));
+    }
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
     println!(
-        "listening on http://{}/ ({peer:?}, {threads} threads)",
-        listener.local_addr()?
+        "listening on http://{}/ ({}, {threads} threads)",
+        listener.local_addr()?,
+        peer.name()
     );
     let (stopper, joiner) = serve(listener, threads, peer)?;
     match seconds {

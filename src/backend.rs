@@ -1,7 +1,7 @@
 //! The backend contract: what a kernel interface must provide, and the contract of
 //! each method in terms of the state table in `state` (the crate's `src/state.rs`).
 //!
-//! Backends: [`Epoll`](crate::backends::Epoll) (Linux, Android), `Kqueue` (the BSDs,
+//! Backends: `Epoll` (Linux, Android), `Kqueue` (the BSDs,
 //! Apple; on Linux with `--cfg pollshot_libkqueue`) and
 //! [`Blocking`](crate::backends::Blocking) (poll(2), every Unix).
 //!
@@ -42,8 +42,9 @@ pub struct Tag {
 pub struct RawEvent {
     /// The slot the kernel tag names.
     pub slot: u32,
-    /// The stamp the kernel tag carries: the generation when
-    /// [`Backend::TAG_IS_GENERATION`], else the incarnation.
+    /// The stamp the kernel tag carries: the arming generation on a backend whose
+    /// kernel tag holds it (epoll: `data.u64`), else the slot's incarnation (kqueue:
+    /// `udata`, fixed at `EV_ADD`).
     pub stamp: u32,
     /// What the kernel reported.
     pub readiness: Readiness,

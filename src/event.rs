@@ -117,8 +117,10 @@ impl Readiness {
 /// with [`Poller::arm`](crate::Poller::arm). Registrations are level-triggered: a
 /// reader need not drain; if data is left, the next arm reports it again. A
 /// registration armed for both directions whose readable side fired is not watched
-/// for writable any more: re-arm with what is still wanted (see the example on
-/// [`Poller::arm`](crate::Poller::arm)).
+/// for writable any more: re-arm with what is still wanted. An arm *replaces* the
+/// interest rather than adding to it, so that re-arm names every direction still
+/// wanted (the contract and an example of a reader and a writer sharing one
+/// registration are on [`Poller::arm`](crate::Poller::arm)).
 ///
 /// # What an event means, on every backend
 ///

@@ -9,13 +9,15 @@
 //!
 //! | backend | targets | arm | delivery disarms by | waker |
 //! |---|---|---|---|---|
-//! | [`backends::Epoll`] | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
+//! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
-//! All of them run one pure state machine (`src/state.rs`: the design's state table,
-//! one row per match arm), so they behave the same. See [`Poller`] for the API and
+//! Each one compiled for the target is in [`backends`] (epoll only on Linux and
+//! Android, kqueue only on its targets, so those two are named here without links).
+//! All of them run one pure state machine (`src/state.rs`: the state table of the
+//! repository's `docs/design.md`, one row per match arm), so they behave the same. See [`Poller`] for the API and
 //! an example, [`Event`] for what an event means on every backend, and the crate
 //! README for the guarantees.
 //!
@@ -58,6 +60,8 @@ mod fork;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[cfg(feature = "model")]
 pub mod model;
 #[cfg(all(test, not(feature = "model")))]
@@ -70,6 +74,7 @@ pub mod state;
 #[cfg(not(feature = "model"))]
 mod state;
 mod stats;
+mod sync;
 mod table;
 mod token;
 mod wake;

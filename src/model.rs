@@ -709,6 +709,21 @@ impl Model {
         self.notified
     }
 
+    /// A forked child's `reinit_after_fork` made a new kernel instance: nothing is
+    /// registered in it and no notify is pending, while the descriptors (numbers
+    /// and the descriptions behind them, with their readiness) are the ones the
+    /// child inherited. The parent's instance is not modelled past this point: the
+    /// child never touches it.
+    pub fn fork_child(&mut self) {
+        self.epoll.clear();
+        self.knotes.clear();
+        self.pollset.clear();
+        self.beliefs.clear();
+        self.sent.clear();
+        self.log.clear();
+        self.notified = false;
+    }
+
     /// Kernel calls served so far.
     pub fn calls(&self) -> Calls {
         self.calls

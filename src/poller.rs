@@ -7,13 +7,15 @@ use crate::fork;
 use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
-use crate::table::{Alloc, Entry, Slot, Table};
+use crate::sync::atomic::AtomicBool;
+use crate::sync::{Mutex, MutexGuard};
+use crate::table::{Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
-use crate::wake::Notifies;
+use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
@@ -74,12 +76,12 @@ pub struct Poller<B: Backend = crate::DefaultBackend> {
     backend: B,
     table: Table,
     /// Synthetic events for always-ready registrations: (slot, generation).
+    /// Whether it is non-empty is `notifies.synthetic_pending()`.
     synthetic: Mutex<Vec<(u32, u32)>>,
-    synthetic_pending: AtomicBool,
     /// While synthetic events are pending, which source fills a deliver's buffer
     /// first alternates: true means the kernel's turn (see `deliver`).
     kernel_turn: AtomicBool,
-    /// Pending notifies and blocked waiters (`src/wake.rs`).
+    /// Pending notifies, blocked waiters, queued synthetic events (`src/wake.rs`).
     notifies: Notifies,
     /// `fork::count()` when the kernel instance was made.
     forks: u64,
@@ -164,11 +166,16 @@ impl<B: Backend> Poller<B> {
             backend: B::new()?,
             table: Table::new(),
             synthetic: Mutex::new(Vec::new()),
-            synthetic_pending: AtomicBool::new(false),
             kernel_turn: AtomicBool::new(false),
             notifies: Notifies::new(),
             forks,
         })
+    }
+
+    /// The backend (the loom model's kernel, `src/loom_tests/`).
+    #[cfg(all(test, loom))]
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
@@ -212,7 +219,8 @@ impl<B: Backend> Poller<B> {
     ///   waker.
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
-    /// - `ErrorKind::OutOfMemory`: past 2^32 registrations (2^20 on 32-bit targets).
+    /// - `ErrorKind::InvalidInput`: on 32-bit targets, a descriptor number of 2^20
+    ///   or more (the kqueue tag keeps 20 bits of it; see [`Token`]).
     pub fn register<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         self.insert(fd.as_fd().as_raw_fd())
     }
@@ -260,60 +268,53 @@ impl<B: Backend> Poller<B> {
         if self.backend.owns_fd(fd) {
             return Err(error::own_fd(fd));
         }
-        let mut alloc = self.table.alloc();
-        if let Some(&old) = alloc.by_fd.get(&fd) {
+        // The slot is the descriptor number's own.
+        let Some(mut slot) = self.table.lock_for_insert(fd as usize) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pollshot register: descriptor number {fd} is past the {MAX_SLOTS} \
+                     this target's tokens can name"
+                ),
+            ));
+        };
+        if slot.is_some() {
             // The number is registered already: its descriptor was closed without a
             // deregister and the number reused (P02, P04), or the caller registered
             // it twice. The old registration is superseded: delete whatever the
             // kernel holds under this number (ENOENT/EBADF: nothing), free the slot.
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
-            // whose events carry the old slot's generation: dropped as stale.
-            let _superseded = self.free(&mut alloc, old, true);
-        }
-        if alloc.slab.len() >= MAX_SLOTS {
-            return Err(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "pollshot register: the table is full",
-            ));
+            // whose events carry the old registration's generation: dropped as
+            // stale, since the new one continues the slot's generations.
+            let _superseded = self.free(&mut slot, true);
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
-        let slot = alloc.slab.insert(fd);
-        let token = Token::new(slot as u32, incarnation);
-        let cell = self.table.slot_for_insert(&alloc, slot);
-        *cell.lock() = Some(Entry {
+        let token = Token::new(fd as u32, incarnation);
+        let start = slot.next_generation();
+        *slot = Some(Entry {
             fd,
             token,
-            state: RegState::new(cell.next_generation(&alloc)),
+            state: RegState::new(start),
         });
-        alloc.by_fd.insert(fd, slot);
         Ok(token)
     }
 
-    /// Removes slot `slot` from the table, deleting it from the kernel if there.
-    /// The caller holds the allocation lock; the slot's lock is held across the
-    /// kernel's delete, so a racing arm then finds the slot empty (`NotFound`).
-    /// `superseded`: a new registration of the same number replaces it.
-    fn free(&self, alloc: &mut Alloc, slot: usize, superseded: bool) -> io::Result<()> {
-        let fd = alloc.slab.remove(slot);
-        if alloc.by_fd.get(&fd) == Some(&slot) {
-            alloc.by_fd.remove(&fd);
-        }
-        let Some(cell) = self.table.get(slot) else {
-            return Ok(());
-        };
-        let mut guard = cell.lock();
-        let Some(mut entry) = guard.take() else {
+    /// Empties a locked slot, deleting its registration from the kernel if there.
+    /// The slot's lock is held across the kernel's delete, so a racing arm then
+    /// finds the slot empty (`NotFound`). `superseded`: a new registration of the
+    /// same number replaces it.
+    fn free(&self, slot: &mut SlotGuard<'_>, superseded: bool) -> io::Result<()> {
+        let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
         let result = entry.state.deregister(&mut FdKernel {
             backend: &self.backend,
             fd: entry.fd,
-            slot: slot as u32,
+            slot: entry.token.slot(),
             incarnation: entry.token.incarnation(),
             superseded,
         });
-        cell.set_next_generation(alloc, entry.state.generation());
-        drop(guard);
+        slot.vacate();
         result.map(drop).map_err(error::kernel)
     }
 
@@ -325,10 +326,9 @@ impl<B: Backend> Poller<B> {
         f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
     ) -> io::Result<R> {
         self.check_fork(op)?;
-        let Some(cell) = self.table.get(token.index()) else {
+        let Some(mut guard) = self.table.lock(token.index()) else {
             return Err(error::unknown_token(op, token));
         };
-        let mut guard = cell.lock();
         let entry = match guard.as_mut() {
             Some(e) if e.token == token => e,
             _ => return Err(error::unknown_token(op, token)),
@@ -354,7 +354,89 @@ impl<B: Backend> Poller<B> {
     /// error) is delivered once, to one [`deliver`](Self::deliver) call, and disarms
     /// it again.
     ///
-    /// Cost: arming an armed registration for the same interest is free (no system
+    /// # The contract: an arm replaces, a delivery disarms both directions
+    ///
+    /// - `interest` *replaces* what the registration was armed for; it is not added
+    ///   to it. Arm `READABLE`, then `WRITABLE`, and only writable is watched: data
+    ///   that arrives afterwards is not reported.
+    /// - A delivery disarms the *whole* registration, whatever directions the event
+    ///   reports. Armed for `BOTH` with a full send buffer, an event that reports
+    ///   readable ends the arming: when the buffer drains later, nothing is
+    ///   reported until writable is armed again.
+    ///
+    /// So a runtime that keeps a reader and a writer waiting on one registration
+    /// arms the union of what they wait for, and after each delivery wakes the
+    /// waiters whose direction the event reports and re-arms with what is still
+    /// wanted. This is `EPOLLONESHOT`'s and `EV_DISPATCH`'s own rule (and the
+    /// contract of `polling`'s `modify`); the poll(2) backend keeps it too.
+    ///
+    /// ```
+    /// use pollshot::{Events, Interest, Poller};
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// /// What the waiters on one registration want together, if anything.
+    /// fn union(reader: Option<Interest>, writer: Option<Interest>) -> Option<Interest> {
+    ///     match (reader, writer) {
+    ///         (Some(r), Some(w)) => Some(r | w),
+    ///         (r, w) => r.or(w),
+    ///     }
+    /// }
+    ///
+    /// let poller = Poller::new()?;
+    /// let (mut peer, mut sock) = UnixStream::pair()?;
+    /// sock.set_nonblocking(true)?;
+    /// peer.set_nonblocking(true)?;
+    /// let token = poller.register(&sock)?;
+    ///
+    /// // The writer fills the send buffer until a write would block; the reader
+    /// // finds nothing to read. Both wait on the one registration.
+    /// let mut buf = [0u8; 4096];
+    /// loop {
+    ///     match sock.write(&buf) {
+    ///         Ok(_) => {}
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// }
+    /// assert_eq!(sock.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    /// let (mut reader, mut writer) = (Some(Interest::READABLE), Some(Interest::WRITABLE));
+    /// poller.arm(token, union(reader, writer).unwrap())?; // BOTH
+    ///
+    /// let mut events = Events::with_capacity(8);
+    /// let timeout = Some(Duration::from_secs(20)); // only turns a lost event into a failure
+    /// peer.write_all(b"ping")?;
+    /// assert_eq!(poller.deliver(&mut events, timeout)?, 1);
+    /// let event = *events.iter().next().unwrap();
+    /// assert!(event.is_readable() && !event.is_writable());
+    /// // The delivery disarmed both directions: wake the reader, whose direction the
+    /// // event reports ...
+    /// if event.is_readable() {
+    ///     assert_eq!(sock.read(&mut buf)?, 4);
+    ///     reader = None;
+    /// }
+    /// if event.is_writable() {
+    ///     writer = None;
+    /// }
+    /// // ... and re-arm what is still wanted: the writer's WRITABLE.
+    /// assert_eq!(union(reader, writer), Some(Interest::WRITABLE));
+    /// poller.arm(token, union(reader, writer).unwrap())?;
+    ///
+    /// // The peer drains the buffer: the re-arm is what makes the room reported.
+    /// while peer.read(&mut buf).is_ok_and(|n| n > 0) {}
+    /// assert_eq!(poller.deliver(&mut events, timeout)?, 1);
+    /// let event = events.iter().next().unwrap();
+    /// assert_eq!(event.token(), token);
+    /// assert!(event.is_writable() && !event.is_readable());
+    ///
+    /// poller.deregister(token)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Cost
+    ///
+    /// Arming an armed registration for the same interest is free (no system
     /// call: an event already in flight satisfies it). Otherwise one kernel command:
     /// epoll `EPOLL_CTL_MOD` (the first arm is `EPOLL_CTL_ADD`); kqueue `EV_ENABLE`
     /// (first `EV_ADD`), which rides on the next `kevent` call when possible; the
@@ -373,10 +455,11 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
-    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF); the
-    ///   registration is unchanged. The poll(2) backend checks this at the first
-    ///   arm only (later arms cost no system call): there a descriptor closed after
-    ///   its first arm is delivered once as an error event (`POLLNVAL`).
+    /// - EBADF (`raw_os_error()`): the descriptor is closed; the registration is
+    ///   unchanged. The poll(2) backend checks this at the first arm only (later
+    ///   arms cost no system call): there a descriptor closed after its first arm is
+    ///   dropped from the set when poll(2) answers `POLLNVAL`, never reported, and
+    ///   its next re-arm fails with EBADF.
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
@@ -384,30 +467,26 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        let queued = self.with_entry("arm", token, |_, state, mut kernel| {
+        let wake = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
             self.count_fallbacks(fb);
             match armed {
-                Ok(Armed::Synthetic) => {
-                    self.queue_synthetic(token.slot(), state.generation());
-                    Ok(true)
-                }
+                Ok(Armed::Synthetic) => Ok(self.queue_synthetic(token.slot(), state.generation())),
                 Ok(_) => Ok(false),
                 Err(e) => Err(error::kernel(e)),
             }
         })?;
-        if queued && self.notifies.waiters() > 0 {
-            // A waiter blocked in the kernel would not see the synthetic event. This
-            // wake-up is not a notify: the wait it ends finds none pending and goes on
-            // to take the synthetic event. With no waiter, the next deliver takes it
-            // (`queue_synthetic` published it before `waiters` was read; `deliver`
-            // counts itself before it reads the queue).
+        if wake {
+            // A waiter blocked in the kernel would not see the synthetic event:
+            // wake it (after the slot's lock is released).
             self.backend.wake()?;
         }
         Ok(())
     }
 
-    fn queue_synthetic(&self, slot: u32, generation: u32) {
+    /// Queues a synthetic event for `slot`; returns whether to wake the kernel (a
+    /// thread counted as waiting may be blocked there: `src/wake.rs`).
+    fn queue_synthetic(&self, slot: u32, generation: u32) -> bool {
         self.backend.counters().one(Count::Synthetic);
         let mut queue = lock(&self.synthetic);
         // At most one entry per slot: an earlier one is for an arming this arm
@@ -417,7 +496,7 @@ impl<B: Backend> Poller<B> {
             Some(entry) => entry.1 = generation,
             None => queue.push((slot, generation)),
         }
-        self.synthetic_pending.store(true, Ordering::SeqCst);
+        self.notifies.synthetic_queued()
     }
 
     /// Disarms the registration without removing it from the kernel: nothing is
@@ -431,9 +510,8 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
-    /// - `ErrorKind::InvalidInput`: the descriptor is closed (EBADF). The
-    ///   registration is disarmed in the table all the same (nothing more is
-    ///   delivered for it).
+    /// - EBADF (`raw_os_error()`): the descriptor is closed. The registration is
+    ///   disarmed in the table all the same (nothing more is delivered for it).
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
@@ -456,15 +534,11 @@ impl<B: Backend> Poller<B> {
     ///   EBADF; the registration is removed from the table all the same.
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
-        let mut alloc = self.table.alloc();
-        let live = self
-            .table
-            .get(token.index())
-            .is_some_and(|cell| matches!(&*cell.lock(), Some(e) if e.token == token));
-        if live {
-            self.free(&mut alloc, token.index(), false)
-        } else {
-            Err(error::unknown_token("deregister", token))
+        match self.table.lock(token.index()) {
+            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => {
+                self.free(&mut slot, false)
+            }
+            _ => Err(error::unknown_token("deregister", token)),
         }
     }
 
@@ -514,112 +588,17 @@ impl<B: Backend> Poller<B> {
         self.check_fork("deliver")?;
         events.clear();
         let deadline = Deadline::new(timeout);
-        loop {
-            let left = deadline.left();
-            // Counted as a waiter before looking at the synthetic queue: an arm
-            // that queues a synthetic event after this load sees the waiter and
-            // wakes the kernel (`arm`; both sides `SeqCst`), so a synthetic event
-            // never waits behind a blocked wait.
-            let _waiting = (left != Some(Duration::ZERO)).then(|| self.notifies.waiting());
-            // While synthetic events are pending, the synthetic queue and the kernel
-            // take turns at filling the buffer first: whichever went first could
-            // fill a small buffer on every call (an always-ready registration
-            // re-armed after each delivery) and starve the other.
-            let pending = self.synthetic_pending.load(Ordering::SeqCst);
-            let kernel_first = pending && self.kernel_turn.fetch_xor(true, Ordering::Relaxed);
-            if pending && !kernel_first {
-                self.take_synthetic(events);
-                if events.remaining() == 0 {
-                    return Ok(events.len());
-                }
-            }
-            // Block only if nothing is in hand yet and the synthetic queue has had
-            // its turn.
-            let wait_for = if kernel_first || !events.is_empty() {
-                Some(Duration::ZERO)
-            } else {
-                left
-            };
-            let waited = self.wait_kernel(events, wait_for);
-            if kernel_first {
-                self.take_synthetic(events);
-            }
-            let fetched = match waited {
-                Ok(fetched) => fetched,
-                // EINTR: nothing was fetched by this wait; events in hand are
-                // returned, never dropped.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    if events.is_empty() && !events.is_notified() {
-                        return Err(e);
-                    }
-                    return Ok(events.len());
-                }
-                Err(e) => return Err(e),
-            };
-            if !events.is_empty() || events.is_notified() {
-                return Ok(events.len());
-            }
-            if left == Some(Duration::ZERO) {
-                return Ok(0);
-            }
-            if wait_for == Some(Duration::ZERO) {
-                // Only the synthetic queue's stale entries and a peek at the
-                // kernel: now wait as asked.
-                continue;
-            }
-            if fetched == Fetched::Nothing {
-                // The kernel wait returned with no event and no wake-up: the
-                // timeout passed.
-                return Ok(0);
-            }
-            // Only stale events, or a wake-up that was not a notify (a synthetic
-            // event another deliver took, a merged wake-up): wait for the time left.
-        }
-    }
-
-    /// One backend wait for at most the room left in `events`; current events are
-    /// appended, and a kernel wake-up is checked against the pending notifies.
-    #[inline(always)]
-    fn wait_kernel(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
-        let mut raw = std::mem::take(&mut events.raw);
-        raw.clear();
-        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
-        }
-        let fetched = if raw.is_empty() {
-            Fetched::Nothing
-        } else {
-            Fetched::Events
-        };
-        events.raw = raw;
-        let woken = waited?;
-        if woken {
-            let w = self.notifies.woken();
-            if w.notified {
-                events.set_notified();
-            }
-            if w.pass_on {
-                // More notifies are pending: wake the kernel again, so that the next
-                // waiter gets the next one. The waker's write fails only on misuse
-                // of its descriptor (EBADF); then the notifies stay pending, and are
-                // not reported to this caller, which got what it asked for.
-                let _ = self.backend.wake();
-            }
-            return Ok(Fetched::Woken);
-        }
-        Ok(fetched)
+        wake::deliver(self, events, || deadline.left())
     }
 
     /// Checks kernel events against the table; current ones are delivered.
     fn accept(&self, raw: &[RawEvent], events: &mut Events) {
         let counters = self.backend.counters();
         for ev in raw {
-            let Some(cell) = self.table.get(ev.slot as usize) else {
+            let Some(mut guard) = self.table.lock(ev.slot as usize) else {
                 counters.one(Count::Stale);
                 continue;
             };
-            let mut guard = cell.lock();
             let Some(entry) = guard.as_mut() else {
                 drop(guard);
                 counters.one(Count::Stale);
@@ -673,8 +652,9 @@ impl<B: Backend> Poller<B> {
                 let n = queue.len().min(events.remaining());
                 taken.clear();
                 taken.extend(queue.drain(..n));
-                self.synthetic_pending
-                    .store(!queue.is_empty(), Ordering::Release);
+                if queue.is_empty() {
+                    self.notifies.synthetic_drained();
+                }
             }
             if taken.is_empty() {
                 return;
@@ -682,8 +662,7 @@ impl<B: Backend> Poller<B> {
             // The synthetic lock is released before any slot's: arm takes them
             // in the other order.
             for &(slot, generation) in &taken {
-                let current = self.table.get(slot as usize).and_then(|cell| {
-                    let mut guard = cell.lock();
+                let current = self.table.lock(slot as usize).and_then(|mut guard| {
                     let entry = guard.as_mut()?;
                     let interest = entry.state.on_event(Some(generation))?;
                     Some((entry.token, interest))
@@ -750,47 +729,47 @@ impl<B: Backend> Poller<B> {
             return Ok(());
         }
         self.backend.reinit_after_fork()?;
-        let slots: Vec<usize> = self.table.alloc_mut().slab.iter().map(|(k, _)| k).collect();
         let mut synthetic = Vec::new();
-        for slot in slots {
-            let Some(Some(entry)) = self.table.get_mut(slot).map(Slot::get_mut) else {
-                continue;
-            };
+        let backend = &self.backend;
+        self.table.try_for_each_after_fork(|entry| {
             let state = &mut entry.state;
             state.forget_kernel();
             let mut fb = Fallbacks::default();
             let armed = state.rearm_fresh(
                 &mut FdKernel {
-                    backend: &self.backend,
+                    backend,
                     fd: entry.fd,
-                    slot: slot as u32,
+                    slot: entry.token.slot(),
                     incarnation: entry.token.incarnation(),
                     superseded: false,
                 },
                 &mut fb,
             );
             match armed {
-                Ok(Armed::Synthetic) => synthetic.push((slot as u32, state.generation())),
+                Ok(Armed::Synthetic) => synthetic.push((entry.token.slot(), state.generation())),
                 // Closed in the child: left unarmed (fresh), reported at its next arm.
                 Ok(_) | Err(KernelError::BadFd) => {}
                 Err(e) => return Err(error::kernel(e)),
             }
-        }
+            Ok(())
+        })?;
         let queue = self
             .synthetic
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         queue.clear();
         queue.extend(synthetic);
-        *self.synthetic_pending.get_mut() = !queue.is_empty();
         self.notifies.reset();
+        if !queue.is_empty() {
+            self.notifies.synthetic_queued();
+        }
         self.forks = now;
         Ok(())
     }
 
     /// The number of live registrations.
     pub fn len(&self) -> usize {
-        self.table.alloc().slab.len()
+        self.table.len()
     }
 
     /// Whether no descriptor is registered.
@@ -813,17 +792,6 @@ impl<B: Backend> Poller<B> {
     pub fn waiters(&self) -> usize {
         self.notifies.waiters()
     }
-}
-
-/// What one backend wait brought, for `deliver`'s decision to return or wait on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fetched {
-    /// No kernel event and no wake-up: the wait timed out.
-    Nothing,
-    /// Kernel events (current or stale), no wake-up.
-    Events,
-    /// The waker fired (a notify, or a wake-up of the poller's own).
-    Woken,
 }
 
 /// A `deliver` call's deadline, taken once on entry.
@@ -879,6 +847,47 @@ fn synthetic_readiness(interest: Interest) -> Readiness {
         r.insert(Readiness::WRITABLE);
     }
     r
+}
+
+/// The loop of [`Poller::deliver`] (`wake::deliver`, shared with the loom model)
+/// runs on this poller's synthetic queue and backend.
+impl<B: Backend> Source for Poller<B> {
+    #[inline(always)]
+    fn notifies(&self) -> &Notifies {
+        &self.notifies
+    }
+
+    #[inline(always)]
+    fn kernel_turn(&self) -> bool {
+        self.kernel_turn.fetch_xor(true, Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn take_synthetic(&self, events: &mut Events) {
+        Poller::take_synthetic(self, events);
+    }
+
+    #[inline(always)]
+    fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
+        let mut raw = std::mem::take(&mut events.raw);
+        raw.clear();
+        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
+        if !raw.is_empty() {
+            self.accept(&raw, events);
+        }
+        let fetched = if raw.is_empty() {
+            Fetched::Nothing
+        } else {
+            Fetched::Events
+        };
+        events.raw = raw;
+        Ok(if waited? { Fetched::Woken } else { fetched })
+    }
+
+    #[inline(always)]
+    fn wake(&self) -> io::Result<()> {
+        self.backend.wake()
+    }
 }
 
 impl<B: Backend> Drop for Poller<B> {

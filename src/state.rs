@@ -3,9 +3,10 @@
 //! A registration's state is a [`RegState`]: its [`Phase`] (fresh, idle, armed with
 //! an interest), its arming *generation*, and whether the kernel refused to poll its
 //! descriptor (then it is *always ready*). Each operation consults the state, issues
-//! at most the kernel commands the design's table names through a [`Kernel`] (the
+//! at most the kernel commands the state table names through a [`Kernel`] (the
 //! backend's translation for one descriptor), applies the fallbacks, and moves to the
-//! next state. This is the design's state table, one row per match arm:
+//! next state. This is the state table of the repository's `docs/design.md`, one row
+//! per match arm:
 //!
 //! | state | operation | kernel command | next state |
 //! |---|---|---|---|
@@ -26,7 +27,7 @@
 //! the caller for one synthetic event, and deregistration issues no delete.
 //!
 //! The state of one registration has one owner at a time (the poller keeps it behind
-//! a mutex and holds it across the kernel command), so after every completed
+//! its table slot's lock and holds it across the kernel command), so after every completed
 //! operation the kernel's view equals the table's.
 
 use crate::interest::Interest;
@@ -120,6 +121,17 @@ impl RegState {
             phase: Phase::Fresh,
             generation,
             always_ready: false,
+        }
+    }
+
+    /// A state from its parts, as [`phase`](Self::phase),
+    /// [`generation`](Self::generation) and [`is_always_ready`](Self::is_always_ready)
+    /// return them (the poller's table keeps them packed in a few bits and words).
+    pub const fn from_parts(phase: Phase, generation: u32, always_ready: bool) -> RegState {
+        RegState {
+            phase,
+            generation,
+            always_ready,
         }
     }
 

@@ -1,7 +1,7 @@
 //! System call counters (cargo feature `stats`) and their snapshot, [`Stats`].
 //!
 //! Without the feature the counters are zero-sized and every increment compiles to
-//! nothing; [`Poller::stats`](crate::Poller::stats) exists only with the feature.
+//! nothing; `Poller::stats` exists only with the feature.
 
 #[cfg(feature = "stats")]
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

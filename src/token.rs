@@ -2,13 +2,14 @@
 //!
 //! # Packing
 //!
-//! A token is 64 bits on every target: the low 32 bits are the slot index in the
-//! poller's table, the high 32 bits are the slot's *incarnation*, a process-wide
-//! counter taken when the registration is made. A slot freed by
-//! [`deregister`](crate::Poller::deregister) and reused by a new registration gets a
-//! new incarnation, so a token kept past its deregistration (or an [`Event`] fetched
-//! before it) never names the new registration (scenario P01), and a token of
-//! another poller names no registration of this one.
+//! A token is 64 bits on every target: the low 32 bits are the registered
+//! descriptor number, which is also the registration's slot in the poller's table
+//! (one slot per number), the high 32 bits are the registration's *incarnation*, a
+//! process-wide counter taken when the registration is made. A number deregistered
+//! (or superseded) and registered again gets a new incarnation, so a token kept
+//! past its deregistration (or an [`Event`] fetched before it) never names the new
+//! registration (scenario P01), and a token of another poller names no
+//! registration of this one.
 //!
 //! The kernel tag is backend specific:
 //!
@@ -22,11 +23,16 @@
 //!   it holds slot and incarnation, fixed at `EV_ADD`, and on 32-bit targets the
 //!   slot gets the low 20 bits (about a million registrations) and the
 //!   incarnation the high 12 bits; there the generation stays in the table.
+//!   So on 32-bit targets descriptor numbers of 2^20 and more cannot be
+//!   registered (`register` refuses them with `InvalidInput`), on every backend
+//!   alike.
 //!
-//! Wrap-around: generations and incarnations are `u32` counters that wrap. A
+//! Wrap-around: generations and incarnations are `u32` counters that wrap, and a
+//! slot's generations continue from one registration of the number to the next. A
 //! stale event is mistaken for a current one only if its tag matches exactly,
-//! which needs 2^32 armings (2^12 incarnations of one slot on 32-bit kqueue)
-//! between the kernel queueing the event and the poller reading it.
+//! which needs 2^32 armings of that number (on 32-bit kqueue: 2^12 registrations
+//! made in the process while the number was re-registered) between the kernel
+//! queueing the event and the poller reading it.
 //!
 //! [`Event`]: crate::Event
 
@@ -37,31 +43,35 @@ use std::fmt;
 /// `Copy`, comparable and hashable; unique in the process (across pollers) up to
 /// the wrap-around of a 32-bit incarnation counter (see the module docs for the
 /// layout).
-/// [`Token::index`] is a small dense integer suitable for indexing a `Vec`; compare
-/// the whole token to tell a live registration from an earlier one in the same slot.
+/// [`Token::index`] is the registered descriptor number (a small dense integer
+/// suitable for indexing a `Vec`); compare the whole token to tell a live
+/// registration from an earlier one of the same number.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(u64);
 
 impl Token {
-    /// The token for `slot` in incarnation `incarnation`.
+    /// The token for slot (descriptor number) `slot` in incarnation `incarnation`.
     #[inline]
     pub(crate) const fn new(slot: u32, incarnation: u32) -> Token {
         Token(((incarnation as u64) << 32) | slot as u64)
     }
 
-    /// The slot index: dense, starting at 0, reused after deregistration.
+    /// The descriptor number the registration was made for (`as_raw_fd` at
+    /// [`register`](crate::Poller::register)), which is also its slot in the
+    /// poller's table: one registration per number at a time, so the same index
+    /// comes back when the number is registered again.
     #[inline]
     pub const fn index(self) -> usize {
         self.0 as u32 as usize
     }
 
-    /// The slot's incarnation: which registration of this slot the token names.
+    /// The incarnation: which registration of this number the token names.
     #[inline]
     pub const fn incarnation(self) -> u32 {
         (self.0 >> 32) as u32
     }
 
-    /// The token as 64 bits (slot low, incarnation high).
+    /// The token as 64 bits (descriptor number low, incarnation high).
     #[inline]
     pub const fn to_u64(self) -> u64 {
         self.0
@@ -142,11 +152,12 @@ pub(crate) const fn incarnation_in_usize(incarnation: u32) -> u32 {
     unpack_usize(pack_usize(0, incarnation)).1
 }
 
-/// The largest number of slots the table may hold on this target.
+/// Slots the table may hold on this target: descriptor numbers below it can be
+/// registered. Every non-negative `i32` on 64-bit targets.
 pub(crate) const MAX_SLOTS: usize = {
     #[cfg(target_pointer_width = "64")]
     {
-        u32::MAX as usize
+        1 << 31
     }
     #[cfg(target_pointer_width = "32")]
     {

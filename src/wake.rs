@@ -12,40 +12,70 @@
 //! The kernel side of every backend is a *binary* waker (an edge-triggered eventfd,
 //! an `EVFILT_USER` knote, a pipe): a wake-up reaches at least one wait, and several
 //! wake-ups before a wait sees them may merge into one. The counting lives here, in
-//! two numbers: `pending` (notifies not yet consumed) and `waiters` (threads inside a
-//! blocking wait). A wait that the kernel woke takes one pending notify and, if more
-//! are pending, wakes the kernel again before it returns, so the next waiter gets
-//! the next one: the baton passes until every pending notify has ended one wait. A
-//! kernel wake-up that finds nothing pending (two wake-ups merged, then the baton
-//! was passed) is spurious: that wait goes on waiting.
+//! one word ([`Notifies`]): `pending` (notifies not yet consumed), `waiters`
+//! (threads inside a `deliver` that may block, counted once from entry to return)
+//! and whether synthetic events are queued. A wait that the kernel woke takes one
+//! pending notify and, if more are pending, wakes the kernel again before it
+//! returns, so the next waiter gets the next one: the baton passes until every
+//! pending notify has ended one wait. A kernel wake-up that finds nothing pending
+//! (two wake-ups merged, then the baton was passed) is spurious: that wait goes on
+//! waiting.
 //!
-//! Orderings are `SeqCst`: the decision "coalesce or wake" reads both counters, and
-//! each blocking wait pays two read-modify-writes (enter, leave), which is small next
-//! to the wait's system call.
+//! Synthetic events (always-ready registrations) need a wake-up of their own: an
+//! arm that queues one wakes the kernel if a waiter is counted, and a `deliver` that
+//! returns while some are still queued and another waiter is counted wakes the
+//! kernel on its way out (the arm's wake-up may have merged with a notify, or the
+//! caller ran out of room).
+//!
+//! One word, because every decision needs a consistent view: "coalesce or wake"
+//! compares `pending` with `waiters`, and "does a waiter see the synthetic event"
+//! is a waiter's count against an arm's flag. As read-modify-writes of one
+//! location these are ordered by the word's modification order alone, which the
+//! loom model (`src/loom_tests/`) checks under every interleaving; two separate
+//! atomics let a notify coalesce on a `pending` value that had already been
+//! consumed (found by that model: k notifies then ended k - 1 waiters). Each
+//! blocking `deliver` pays two read-modify-writes (enter, leave), small next to
+//! its system call.
 
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use crate::event::Events;
+use crate::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::io;
+use std::time::Duration;
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+/// The pending notifies: bits 0 to 30 of [`Notifies::state`].
+const PENDING: u64 = (1 << 31) - 1;
+/// Synthetic events are queued: bit 31.
+const SYNTHETIC: u64 = 1 << 31;
+/// One waiter: the waiters are bits 32 to 63.
+const WAITER: u64 = 1 << 32;
 
-/// The two counters of the protocol. See the module docs.
-#[derive(Debug, Default)]
-pub(crate) struct Notifies {
-    /// Notifies made and not yet consumed by a wait.
-    pending: AtomicUsize,
-    /// Threads inside a blocking backend wait (timeout other than zero).
-    waiters: AtomicUsize,
+/// The waiters counted in a [`Notifies::state`] word.
+#[inline(always)]
+fn waiters_in(state: u64) -> u64 {
+    state >> 32
 }
 
-/// A thread counted in `waiters` (see [`Notifies::waiting`]).
+/// The protocol's shared state. See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct Notifies {
+    /// One word, so that every decision reads a consistent triple, and each
+    /// change is one read-modify-write on one location: the notifies made and not
+    /// yet consumed by a wait ([`PENDING`]: at most the most waiters there were),
+    /// whether synthetic events are queued ([`SYNTHETIC`]), and the threads
+    /// counted as waiting (`/ WAITER`: inside a `deliver` with a timeout other than
+    /// zero, from entry to return).
+    state: AtomicU64,
+}
+
+/// A thread counted as a waiter (see [`Notifies::waiting`]); it stops counting
+/// at [`Notifies::leave`] (or on drop, if the deliver panicked).
 #[derive(Debug)]
 pub(crate) struct Waiting<'a>(&'a Notifies);
 
 impl Drop for Waiting<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.waiters.fetch_sub(1, SeqCst);
+        self.0.state.fetch_sub(WAITER, SeqCst);
     }
 }
 
@@ -59,84 +89,101 @@ pub(crate) struct Woken {
 }
 
 impl Notifies {
-    /// A new pair of counters (no notify pending, nobody waiting).
-    #[cfg(not(loom))]
-    pub(crate) const fn new() -> Notifies {
-        Notifies {
-            pending: AtomicUsize::new(0),
-            waiters: AtomicUsize::new(0),
-        }
-    }
-
-    /// A new pair of counters (loom's atomics are not `const`).
-    #[cfg(loom)]
+    /// No notify pending, nobody waiting, no synthetic event queued.
     pub(crate) fn new() -> Notifies {
         Notifies {
-            pending: AtomicUsize::new(0),
-            waiters: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
         }
     }
 
     /// A notify: counts it and calls `wake` (the backend's binary waker), or
-    /// coalesces it when as many notifies are pending as there are blocked waiters
-    /// (at least one). If `wake` fails, the notify is taken back and the error
-    /// returned.
+    /// coalesces it when as many notifies are pending as there are waiters (at
+    /// least one), both read in one load. If `wake` fails, the notify is taken
+    /// back (unless a wait consumed it meanwhile) and the error returned.
     pub(crate) fn notify<E>(&self, wake: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
-        let mut pending = self.pending.load(SeqCst);
+        let mut state = self.state.load(SeqCst);
         loop {
-            let waiters = self.waiters.load(SeqCst);
-            if pending >= waiters.max(1) {
+            if state & PENDING >= waiters_in(state).max(1) {
                 return Ok(());
             }
             match self
-                .pending
-                .compare_exchange(pending, pending + 1, SeqCst, SeqCst)
+                .state
+                .compare_exchange(state, state + 1, SeqCst, SeqCst)
             {
                 Ok(_) => break,
-                Err(now) => pending = now,
+                Err(now) => state = now,
             }
         }
         wake().map_err(|e| {
-            self.pending.fetch_sub(1, SeqCst);
+            let _ = self.take();
             e
         })
     }
 
-    /// A thread is about to block in the backend's wait; it counts as a waiter
-    /// until the guard drops.
+    /// A thread enters a `deliver` that may block: it counts as a waiter until
+    /// [`leave`](Self::leave). One count for the whole call, not one per wait
+    /// inside it: a waiter that a spurious wake-up or a stale event sent round the
+    /// loop never drops out of the count, so a notify made meanwhile cannot
+    /// coalesce for want of it.
     #[inline]
     pub(crate) fn waiting(&self) -> Waiting<'_> {
-        self.waiters.fetch_add(1, SeqCst);
+        self.state.fetch_add(WAITER, SeqCst);
         Waiting(self)
     }
 
-    /// Threads counted as waiting now.
+    /// A `deliver` returns: stops counting `waiting` (if it was counted), and
+    /// says whether it must wake the kernel on its way out: synthetic events are
+    /// still queued and another thread is counted as waiting. That thread may be
+    /// blocked, and the wake-up meant for it (an arm's) may have been taken by
+    /// this call, which returns without the events (it was notified, or out of
+    /// room, or did not block).
+    #[inline]
+    pub(crate) fn leave(&self, waiting: Option<Waiting<'_>>) -> bool {
+        let (state, me) = match waiting {
+            Some(w) => {
+                std::mem::forget(w);
+                (self.state.fetch_sub(WAITER, SeqCst), 1)
+            }
+            None => (self.state.load(SeqCst), 0),
+        };
+        state & SYNTHETIC != 0 && waiters_in(state) > me
+    }
+
+    /// Threads counted as waiting now (`Poller::waiters`, the loom model).
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     #[inline]
     pub(crate) fn waiters(&self) -> usize {
-        self.waiters.load(SeqCst)
+        waiters_in(self.state.load(SeqCst)) as usize
     }
 
     /// The kernel woke this wait: take one pending notify, if any.
     pub(crate) fn woken(&self) -> Woken {
-        let mut pending = self.pending.load(SeqCst);
+        match self.take() {
+            Some(pending) => Woken {
+                notified: true,
+                pass_on: pending > 1,
+            },
+            None => Woken {
+                notified: false,
+                pass_on: false,
+            },
+        }
+    }
+
+    /// Takes one pending notify; `Some(pending before)`, or `None` if none was.
+    fn take(&self) -> Option<u64> {
+        let mut state = self.state.load(SeqCst);
         loop {
+            let pending = state & PENDING;
             if pending == 0 {
-                return Woken {
-                    notified: false,
-                    pass_on: false,
-                };
+                return None;
             }
             match self
-                .pending
-                .compare_exchange(pending, pending - 1, SeqCst, SeqCst)
+                .state
+                .compare_exchange(state, state - 1, SeqCst, SeqCst)
             {
-                Ok(_) => {
-                    return Woken {
-                        notified: true,
-                        pass_on: pending > 1,
-                    }
-                }
-                Err(now) => pending = now,
+                Ok(_) => return Some(pending),
+                Err(now) => state = now,
             }
         }
     }
@@ -144,15 +191,189 @@ impl Notifies {
     /// Notifies pending now (for tests and `Debug`).
     #[allow(dead_code)]
     pub(crate) fn pending(&self) -> usize {
-        self.pending.load(SeqCst)
+        (self.state.load(SeqCst) & PENDING) as usize
+    }
+
+    /// Whether synthetic events are queued. A waiter reads this after it counted
+    /// itself, on the same word: an arm that queues an event after the count sees
+    /// the waiter ([`synthetic_queued`](Self::synthetic_queued)).
+    #[inline]
+    pub(crate) fn synthetic_pending(&self) -> bool {
+        self.state.load(SeqCst) & SYNTHETIC != 0
+    }
+
+    /// A synthetic event was queued (call it under the queue's lock). Returns
+    /// whether to wake the kernel: a thread counted as waiting may be blocked
+    /// there and would not see the event. With nobody counted, the next waiter
+    /// counts itself on this same word before it reads the flag, and finds the
+    /// event. That wake-up is not a notify: the wait it ends finds none pending.
+    #[inline]
+    pub(crate) fn synthetic_queued(&self) -> bool {
+        waiters_in(self.state.fetch_or(SYNTHETIC, SeqCst)) > 0
+    }
+
+    /// The synthetic queue was emptied (call it under the queue's lock).
+    #[inline]
+    pub(crate) fn synthetic_drained(&self) {
+        self.state.fetch_and(!SYNTHETIC, SeqCst);
     }
 
     /// Forget everything (a forked child: no other thread exists there).
-    #[cfg(not(loom))]
     pub(crate) fn reset(&mut self) {
-        *self.pending.get_mut() = 0;
-        *self.waiters.get_mut() = 0;
+        *self = Notifies::new();
     }
+}
+
+/// What one backend wait brought, for the loop's decision to return or wait on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fetched {
+    /// No kernel event and no wake-up: the wait timed out.
+    Nothing,
+    /// Kernel events (current or stale), no wake-up.
+    Events,
+    /// The waker fired (a notify, or a wake-up of the poller's own).
+    Woken,
+}
+
+/// Where a `deliver` call gets its events and wake-ups: the poller
+/// (`src/poller.rs`), or the loom model of one (`src/loom_tests/`). Both run the
+/// one loop in [`deliver`].
+pub(crate) trait Source {
+    /// The protocol's shared state.
+    fn notifies(&self) -> &Notifies;
+
+    /// While synthetic events are queued: whether the kernel fills the buffer
+    /// first this time (the answer alternates).
+    fn kernel_turn(&self) -> bool;
+
+    /// Moves queued synthetic events that are still current into `events`, up to
+    /// its room, and clears the flag when the queue is empty.
+    fn take_synthetic(&self, events: &mut Events);
+
+    /// One backend wait for at most `events.remaining()` events; current ones are
+    /// appended (stale ones dropped). `Woken` when a wake-up reached this wait.
+    /// EINTR is `ErrorKind::Interrupted`, with nothing appended.
+    fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched>;
+
+    /// The backend's binary waker.
+    fn wake(&self) -> io::Result<()>;
+}
+
+/// The body of [`Poller::deliver`](crate::Poller::deliver) after `events` was
+/// cleared: waits, for the time `left` says remains (`None`: no deadline), until
+/// events are in hand, a notify was consumed, or the time is up.
+#[inline(always)]
+pub(crate) fn deliver<S: Source>(
+    source: &S,
+    events: &mut Events,
+    left: impl Fn() -> Option<Duration>,
+) -> io::Result<usize> {
+    let notifies = source.notifies();
+    let first = left();
+    // Counted as a waiter before looking at the synthetic queue: an arm that
+    // queues a synthetic event after the count sees the waiter and wakes the
+    // kernel (`synthetic_queued`: the same word), so a synthetic event never waits
+    // behind a blocked wait.
+    let waiting = (first != Some(Duration::ZERO)).then(|| notifies.waiting());
+    let result = deliver_loop(source, events, first, left);
+    if notifies.leave(waiting) {
+        // Synthetic events are still queued and another thread may be blocked:
+        // pass the wake-up on. Its failure (EBADF, misuse of the waker) leaves
+        // this caller's result as it is.
+        let _ = source.wake();
+    }
+    result
+}
+
+/// [`deliver`]'s loop, with the caller counted as a waiter (or not, for a call
+/// that never blocks). `first` is the time left at entry.
+#[inline(always)]
+fn deliver_loop<S: Source>(
+    source: &S,
+    events: &mut Events,
+    first: Option<Duration>,
+    time_left: impl Fn() -> Option<Duration>,
+) -> io::Result<usize> {
+    let notifies = source.notifies();
+    let mut left = first;
+    loop {
+        // While synthetic events are pending, the synthetic queue and the kernel
+        // take turns at filling the buffer first: whichever went first could fill a
+        // small buffer on every call (an always-ready registration re-armed after
+        // each delivery) and starve the other.
+        let pending = notifies.synthetic_pending();
+        let kernel_first = pending && source.kernel_turn();
+        if pending && !kernel_first {
+            source.take_synthetic(events);
+            if events.remaining() == 0 {
+                return Ok(events.len());
+            }
+        }
+        // Block only if nothing is in hand yet and the synthetic queue has had its
+        // turn.
+        let wait_for = if kernel_first || !events.is_empty() {
+            Some(Duration::ZERO)
+        } else {
+            left
+        };
+        let waited = wait_once(source, events, wait_for);
+        if kernel_first {
+            source.take_synthetic(events);
+        }
+        let fetched = match waited {
+            Ok(fetched) => fetched,
+            // EINTR: nothing was fetched by this wait; events in hand are returned,
+            // never dropped.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                if events.is_empty() && !events.is_notified() {
+                    return Err(e);
+                }
+                return Ok(events.len());
+            }
+            Err(e) => return Err(e),
+        };
+        if !events.is_empty() || events.is_notified() {
+            return Ok(events.len());
+        }
+        if left == Some(Duration::ZERO) {
+            return Ok(0);
+        }
+        if wait_for != Some(Duration::ZERO) && fetched == Fetched::Nothing {
+            // The kernel wait returned with no event and no wake-up: the timeout
+            // passed.
+            return Ok(0);
+        }
+        // Only the synthetic queue's stale entries and a peek at the kernel (now
+        // wait as asked), or only stale events, or a wake-up that was not a notify
+        // (a synthetic event another deliver took, a merged wake-up): wait for the
+        // time left.
+        left = time_left();
+    }
+}
+
+/// One backend wait; a wake-up that reached it is checked against the pending
+/// notifies, and passed on to the next waiter when more are pending.
+#[inline(always)]
+fn wait_once<S: Source>(
+    source: &S,
+    events: &mut Events,
+    timeout: Option<Duration>,
+) -> io::Result<Fetched> {
+    let fetched = source.wait(events, timeout)?;
+    if fetched == Fetched::Woken {
+        let w = source.notifies().woken();
+        if w.notified {
+            events.set_notified();
+        }
+        if w.pass_on {
+            // More notifies are pending: wake the kernel again, so that the next
+            // waiter gets the next one. The waker's write fails only on misuse of
+            // its descriptor (EBADF); then the notifies stay pending, and are not
+            // reported to this caller, which got what it asked for.
+            let _ = source.wake();
+        }
+    }
+    Ok(fetched)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -205,6 +426,36 @@ mod tests {
         assert_eq!(n.waiters(), 0);
         assert_eq!(passes, 3, "the baton passes to each following waiter");
         assert_eq!(n.pending(), 0);
+    }
+
+    #[test]
+    fn a_deliver_leaving_queued_synthetic_events_wakes_only_for_another_waiter() {
+        let n = Notifies::new();
+        let me = n.waiting();
+        assert!(n.synthetic_queued(), "a waiter is counted: wake the kernel");
+        assert!(n.synthetic_pending());
+        // Alone: nobody to pass the wake-up to.
+        assert!(!n.leave(Some(me)));
+        // Another thread counted: pass it on, counted or not.
+        let other = n.waiting();
+        let me = n.waiting();
+        assert!(n.leave(Some(me)));
+        assert!(n.leave(None));
+        // Nothing queued: nothing to pass on.
+        n.synthetic_drained();
+        assert!(!n.leave(None));
+        assert!(!n.leave(Some(other)));
+        assert_eq!(n.waiters(), 0);
+    }
+
+    #[test]
+    fn an_arm_wakes_the_kernel_only_for_a_counted_waiter() {
+        let n = Notifies::new();
+        assert!(!n.synthetic_queued());
+        let w = n.waiting();
+        assert!(n.synthetic_queued());
+        drop(w);
+        assert_eq!(n.waiters(), 0);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! Each generated case is a random sequence of operations (register, arm with each
 //! interest, disarm, deregister, kernel waits and acceptances by three simulated
-//! threads, kernel events with a current or a stale tag, readiness changes, close,
-//! number reuse, dup, notify), run on epoll, kqueue and poll semantics. After every
+//! threads, kernel events with a current or a stale tag, waits that fetch only
+//! stale events, readiness changes, close, number reuse, dup, notify, fork), run
+//! on epoll, kqueue and poll semantics. After every
 //! operation the simulator asserts (its panics name the property):
 //! (a) the kernel's state equals the table's; (b) a delivered event belongs to the
 //! registration's current arming; (c) at most one delivery per arming; (d)
@@ -29,7 +30,7 @@ impl Arbitrary for QOp {
         let b = |g: &mut Gen| u8::arbitrary(g);
         let interest = |g: &mut Gen| *g.choose(&Interest::ALL).unwrap();
         // Weighted towards the operations that move registrations.
-        let op = match u8::arbitrary(g) % 20 {
+        let op = match u8::arbitrary(g) % 22 {
             0 => Op::Open {
                 pollable: u8::arbitrary(g) % 6 != 0,
             },
@@ -59,6 +60,12 @@ impl Arbitrary for QOp {
                 thread: b(g),
             },
             18 => Op::Notify,
+            19 => Op::StaleWait {
+                reg: b(g),
+                back: b(g),
+                thread: b(g),
+            },
+            20 if u8::arbitrary(g) % 4 == 0 => Op::Fork,
             _ => Op::Levels { fd: b(g), bits: 0 },
         };
         QOp(op)
@@ -121,4 +128,82 @@ fn two_armings_two_deliveries_on_every_semantics() {
     for s in run_parity(&seq, 0, EpochPolicy::PerSlot) {
         assert_eq!(s.owners()[0].delivered, vec![1, 2]);
     }
+}
+
+/// A fork: in the child, the armed socket is re-added armed (one add), the idle
+/// one is fresh (nothing until its next arm, which is an add, not a modify), the
+/// armed regular file queues its synthetic event again (poll(2) polls it: an add
+/// there); the child's deliver gets
+/// both armed ones, each arming once, on every semantics.
+#[test]
+fn fork_child_readds_armed_leaves_idle_fresh() {
+    use pollshot::model::{Command, Semantics};
+    let r = Interest::READABLE;
+    let before_fork = [
+        Op::Open { pollable: true },
+        Op::Open { pollable: true },
+        Op::Open { pollable: false },
+        Op::Register { fd: 0 },
+        Op::Register { fd: 1 },
+        Op::Register { fd: 2 },
+        Op::Arm {
+            reg: 0,
+            interest: r,
+        },
+        Op::Arm {
+            reg: 1,
+            interest: r,
+        },
+        Op::Disarm { reg: 1 },
+        Op::Arm {
+            reg: 2,
+            interest: r,
+        },
+        Op::Levels { fd: 0, bits: 1 },
+        Op::Wait { thread: 1 }, // another thread holds events: gone in the child
+    ];
+    let after_fork = [
+        Op::Deliver { thread: 0 },
+        Op::Arm {
+            reg: 1,
+            interest: r,
+        },
+    ];
+    let adds = |cmds: &[pollshot::model::CommandRecord]| {
+        cmds.iter()
+            .filter(|c| matches!(c.command, Command::Add(..)))
+            .count()
+    };
+    for sem in [Semantics::Epoll, Semantics::Kqueue, Semantics::Poll] {
+        let mut s = sim::Sim::new(sem, 0, EpochPolicy::PerSlot);
+        for op in &before_fork {
+            s.apply(op);
+        }
+        s.apply(&Op::Fork);
+        // poll(2) polls a regular file (always readable): an add for it too.
+        let want = if sem == Semantics::Poll { 2 } else { 1 };
+        assert_eq!(
+            (s.commands.len(), adds(&s.commands)),
+            (want, want),
+            "{sem:?}: {:?}",
+            s.commands
+        );
+        s.apply(&after_fork[0]);
+        s.apply(&after_fork[1]);
+        assert_eq!(
+            (s.commands.len(), adds(&s.commands)),
+            (1, 1),
+            "{sem:?}: {:?}",
+            s.commands
+        );
+        let delivered: Vec<_> = s.owners().iter().map(|o| o.delivered.clone()).collect();
+        assert_eq!(delivered, [vec![1], vec![], vec![1]], "{sem:?}");
+    }
+    let all: Vec<Op> = before_fork
+        .iter()
+        .chain(&[Op::Fork])
+        .chain(&after_fork)
+        .copied()
+        .collect();
+    run_parity(&all, 0, EpochPolicy::PerSlot);
 }

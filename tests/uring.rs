@@ -13,7 +13,7 @@ mod uring_only {
     use pollshot::backends::Uring;
     use pollshot::{Events, Interest, Poller, Token};
     use std::collections::HashSet;
-    use std::io::{self, Write};
+    use std::io::{self, Read, Write};
     use std::os::fd::{AsRawFd, OwnedFd};
     use std::time::{Duration, Instant};
 
@@ -39,16 +39,7 @@ mod uring_only {
             let p = std::sync::Arc::new(poller::<Uring>());
             let (r, mut w) = pipe();
             let t = p.register(&r).unwrap();
-            let q = p.clone();
-            std::thread::spawn(move || {
-                q.arm(t, Interest::READABLE).unwrap();
-                let n = q
-                    .deliver(&mut Events::with_capacity(4), Some(Duration::ZERO))
-                    .unwrap();
-                assert_eq!(n, 0, "nothing written yet");
-            })
-            .join()
-            .unwrap();
+            arm_on_a_thread_that_exits(&p, t, Interest::READABLE, 1);
             w.write_all(b"x").unwrap();
             // Even a deliver that never blocks gets it (the exiting thread queued
             // its request again; the kernel's -ECANCELED for it comes only when it
@@ -68,6 +59,28 @@ mod uring_only {
         }
     }
 
+    /// A thread arms `t` for `interest`, makes `delivers` delivers that never
+    /// block (each must find nothing: the descriptor is not ready) and exits.
+    fn arm_on_a_thread_that_exits(
+        p: &std::sync::Arc<Poller<Uring>>,
+        t: Token,
+        interest: Interest,
+        delivers: usize,
+    ) {
+        let q = p.clone();
+        std::thread::spawn(move || {
+            q.arm(t, interest).unwrap();
+            for _ in 0..delivers {
+                let n = q
+                    .deliver(&mut Events::with_capacity(4), Some(Duration::ZERO))
+                    .unwrap();
+                assert_eq!(n, 0, "not ready yet");
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
     /// The same while another thread is blocked in `deliver(None)` the whole time:
     /// the exiting thread's requests are queued again and the blocked thread (the
     /// one in `io_uring_enter`) is the one that gets the event. 20 trials.
@@ -77,21 +90,7 @@ mod uring_only {
             let p = std::sync::Arc::new(poller::<Uring>());
             let (r, mut w) = pipe();
             let t = p.register(&r).unwrap();
-            let waiter = {
-                let p = p.clone();
-                std::thread::spawn(move || {
-                    let mut events = Events::with_capacity(4);
-                    let deadline = Instant::now() + LOST_AFTER;
-                    while Instant::now() < deadline {
-                        p.deliver(&mut events, Some(Duration::from_millis(100)))
-                            .unwrap();
-                        if let Some(ev) = events.iter().next() {
-                            return Some(ev.token());
-                        }
-                    }
-                    None
-                })
-            };
+            let waiter = first_event_on_a_thread(&p);
             let q = p.clone();
             std::thread::spawn(move || {
                 q.arm(t, Interest::READABLE).unwrap();
@@ -101,9 +100,31 @@ mod uring_only {
             .join()
             .unwrap();
             w.write_all(b"x").unwrap();
-            assert_eq!(waiter.join().unwrap(), Some(t), "trial {trial}");
+            let got = waiter.join().unwrap().map(|ev| ev.token());
+            assert_eq!(got, Some(t), "trial {trial}");
             assert_no_events(&p, 2, Duration::from_millis(2));
         }
+    }
+
+    /// A thread that delivers (100 ms at a time, so it is blocked in the kernel
+    /// nearly always) until its first event, which it returns; `None` after
+    /// [`LOST_AFTER`].
+    fn first_event_on_a_thread(
+        p: &std::sync::Arc<Poller<Uring>>,
+    ) -> std::thread::JoinHandle<Option<pollshot::Event>> {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            let mut events = Events::with_capacity(4);
+            let deadline = Instant::now() + LOST_AFTER;
+            while Instant::now() < deadline {
+                p.deliver(&mut events, Some(Duration::from_millis(100)))
+                    .unwrap();
+                if let Some(ev) = events.iter().next() {
+                    return Some(*ev);
+                }
+            }
+            None
+        })
     }
 
     /// A descriptor closed after its arm was queued and before the wait submitted
@@ -185,6 +206,185 @@ mod uring_only {
             for ev in &events {
                 assert!(seen.insert(ev.token()), "delivered twice: {ev:?}");
             }
+        }
+    }
+
+    /// Delivers (10 ms at a time) until one event comes, calling `nudge` before
+    /// each; panics after [`LOST_AFTER`]. Returns every event of that deliver.
+    fn first_events(p: &Poller<Uring>, mut nudge: impl FnMut()) -> Vec<pollshot::Event> {
+        let mut events = Events::with_capacity(8);
+        let deadline = Instant::now() + LOST_AFTER;
+        loop {
+            assert!(Instant::now() < deadline, "no event after {LOST_AFTER:?}");
+            nudge();
+            p.deliver(&mut events, Some(Duration::from_millis(10)))
+                .unwrap();
+            if !events.is_empty() {
+                return events.iter().copied().collect();
+            }
+        }
+    }
+
+    /// Runs the command `f`, which must succeed; with `stats`, asserts it made
+    /// `ctl_calls` system calls of the kind (`what` says which).
+    #[track_caller]
+    fn costs(p: &Poller<Uring>, ctl_calls: u64, what: &str, f: impl FnOnce() -> io::Result<()>) {
+        #[cfg(feature = "stats")]
+        let before = p.stats();
+        f().unwrap();
+        #[cfg(feature = "stats")]
+        assert_eq!(p.stats().since(&before).ctl_calls, ctl_calls, "{what}");
+        #[cfg(not(feature = "stats"))]
+        let _ = (p, ctl_calls, what);
+    }
+
+    /// The fuzzer's case (`fuzz/regressions/uring_real/
+    /// write_only_arm_of_half_closed_socket_waits_for_room`): a write-only arming
+    /// of a socket whose send buffer is full and whose peer shut down its write
+    /// side. The kernel adds POLLRDHUP to every poll request, so the request
+    /// completes at once with read-closed alone; the poller reports nothing until
+    /// the socket is writable (as epoll does), then writable. Later write-only
+    /// armings are one `epoll_ctl` each (the private epoll instance), a disarm one
+    /// more (its delete), a readable arming none (a poll request again). Over a
+    /// Unix socketpair and TCP loopback; 20 trials each.
+    #[test]
+    fn write_only_arm_of_half_closed_socket_waits_for_room() {
+        for _ in 0..20 {
+            let (a, b) = socketpair();
+            let b2 = b.try_clone().unwrap();
+            half_closed_writer(a, b, move || {
+                b2.shutdown(std::net::Shutdown::Write).unwrap()
+            });
+            let (a, b) = crate::common::tcp_pair();
+            let b2 = b.try_clone().unwrap();
+            half_closed_writer(a, b, move || {
+                b2.shutdown(std::net::Shutdown::Write).unwrap()
+            });
+        }
+    }
+
+    fn half_closed_writer<S>(a: S, b: S, shutdown: impl FnOnce())
+    where
+        S: std::os::fd::AsFd,
+        for<'s> &'s S: io::Read + io::Write,
+    {
+        use crate::common::{drain, fill};
+        let p = poller::<Uring>();
+        let t = p.register(&a).unwrap();
+        fill(&a);
+        shutdown();
+        p.arm(t, Interest::WRITABLE).unwrap();
+        assert_no_events(&p, 3, Duration::from_millis(2));
+        // Room again: writable, and nothing about the read side.
+        let got = first_events(&p, || {
+            drain(&b);
+        });
+        assert_eq!(got.len(), 1, "{got:?}");
+        let ev = got[0];
+        assert!(ev.token() == t && ev.is_writable(), "{ev:?}");
+        assert!(
+            !ev.is_read_closed() && !ev.is_readable() && !ev.is_error(),
+            "{ev:?}"
+        );
+        assert_no_events(&p, 2, Duration::from_millis(1));
+
+        // Known half-closed: the next write-only arming is the epoll entry's MOD.
+        costs(&p, 1, "one epoll_ctl MOD", || p.arm(t, Interest::WRITABLE));
+        assert!(expect_one(&p, t).is_writable());
+
+        // Full again, armed, disarmed (the delete), emptied: nothing.
+        fill(&a);
+        p.arm(t, Interest::WRITABLE).unwrap();
+        assert_no_events(&p, 2, Duration::from_millis(2));
+        costs(&p, 1, "one epoll_ctl DEL", || p.disarm(t));
+        drain(&b);
+        assert_no_events(&p, 3, Duration::from_millis(2));
+
+        // A readable arming is a poll request again: read-closed at once.
+        costs(&p, 0, "no system call", || p.arm(t, Interest::READABLE));
+        let ev = expect_one(&p, t);
+        assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
+
+        // Watched by epoll when deregistered: nothing holds the socket after.
+        fill(&a);
+        p.arm(t, Interest::WRITABLE).unwrap();
+        assert_no_events(&p, 2, Duration::from_millis(1));
+        p.deregister(t).unwrap();
+        drop(a);
+        let deadline = Instant::now() + LOST_AFTER;
+        let mut buf = [0u8; 65536];
+        loop {
+            match (&b).read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "no EOF: the socket is held");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        assert_no_events(&p, 2, Duration::from_millis(1));
+    }
+
+    /// A shared poller and a socketpair `(a, b)`: `a` registered (token `t`), its
+    /// send buffer full, its peer `b` shut down for writing.
+    fn full_half_closed() -> (
+        std::sync::Arc<Poller<Uring>>,
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+        Token,
+    ) {
+        let p = std::sync::Arc::new(poller::<Uring>());
+        let (a, b) = socketpair();
+        let t = p.register(&a).unwrap();
+        crate::common::fill(&a);
+        b.shutdown(std::net::Shutdown::Write).unwrap();
+        (p, a, b, t)
+    }
+
+    /// The same with a waiter blocked in the kernel the whole time: the arm is
+    /// submitted at once, completes with read-closed alone in the waiter's enter,
+    /// and the waiter's first event is the writable one that the peer's reads
+    /// make. 20 trials.
+    #[test]
+    fn blocked_waiter_gets_writable_not_read_closed_of_half_closed_socket() {
+        for trial in 0..20 {
+            let (p, _a, b, t) = full_half_closed();
+            let waiter = first_event_on_a_thread(&p);
+            p.arm(t, Interest::WRITABLE).unwrap();
+            // Give the request time to complete in the waiter's enter (either
+            // order must end the same way).
+            std::thread::sleep(Duration::from_millis(trial % 3));
+            crate::common::drain(&b);
+            let ev = waiter.join().unwrap().expect("no event");
+            assert!(ev.token() == t && ev.is_writable(), "trial {trial}: {ev:?}");
+            assert!(
+                !ev.is_read_closed() && !ev.is_error(),
+                "trial {trial}: {ev:?}"
+            );
+            assert_no_events(&p, 2, Duration::from_millis(1));
+            p.deregister(t).unwrap();
+        }
+    }
+
+    /// The private epoll instance's own poll outlives the thread that submitted
+    /// it: a thread arms a full, half-closed socket for writing, delivers (the
+    /// request completes with read-closed alone, and its deliver submits the poll
+    /// on the private epoll instance) and exits. Once the peer reads, a deliver
+    /// that never blocks gets the writable event, exactly once. 20 trials.
+    #[test]
+    fn private_epoll_poll_outlives_the_thread_that_submitted_it() {
+        for trial in 0..20 {
+            let (p, _a, b, t) = full_half_closed();
+            arm_on_a_thread_that_exits(&p, t, Interest::WRITABLE, 3);
+            crate::common::drain(&b);
+            let mut events = Events::with_capacity(4);
+            let n = p.deliver(&mut events, Some(Duration::ZERO)).unwrap();
+            assert_eq!(n, 1, "trial {trial}");
+            let ev = events.iter().next().unwrap();
+            assert!(ev.token() == t && ev.is_writable(), "trial {trial}: {ev:?}");
+            assert_no_events(&p, 3, Duration::from_millis(2));
         }
     }
 

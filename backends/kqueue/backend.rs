@@ -2,7 +2,7 @@
 //! contract. Every `kevent` call the backend makes is here, through
 //! [`sys::call`]: the waker's registration ([`Kqueue::create`]) and trigger
 //! ([`Kqueue::wake`]), change-only submissions ([`Kqueue::submit_now`]), and the
-//! wait that carries the queued changes ([`Backend::wait`]). What a command does
+//! wait that carries the queued changes ([`Driver::wait`]). What a command does
 //! with the kernel's answers is `command.rs`; where its records travel, `queue.rs`.
 
 use super::changes::{self, Action, Command};

@@ -2,7 +2,7 @@
 //! route its records ([`Shared::route`]), have them submitted, and act on the
 //! kernel's answers: ENOENT on an arm starts the registration over, any other
 //! refused arm becomes an error event, so nothing is lost. The system calls are
-//! made in `backend.rs` ([`Kqueue::submit_now`], [`Kqueue::wake`]).
+//! made in `backend.rs` ([`Kqueue::submit_now`], [`Driver::wake`](crate::backend::Driver::wake)).
 
 use super::backend::{os, Kqueue};
 use super::changes::{self, Action, Command, Filters, Plan};

@@ -5,7 +5,7 @@
 //!
 //! - [`changes`] (`changes.rs`), compiled on every target: the pure translation
 //!   from the state machine's commands (add, modify, quiet, delete) to kevent change
-//!   records, and from returned kevents to [`Readiness`](crate::Readiness). It is
+//!   records, and from returned kevents to [`Readiness`](crate::event::Readiness). It is
 //!   unit-tested on Linux (`changes_tests.rs`, row by row of the state table;
 //!   `parity_tests.rs`, against epoll through the kernel model) and used by the
 //!   kernel model.
@@ -53,7 +53,7 @@
 //!   arming generation lives in the poller's table, and an event is current
 //!   exactly when the table says armed (`sys::UDATA_IS_GENERATION`).
 //! - one delivery disarms the whole registration (parity with `EPOLLONESHOT`): the
-//!   kernel disabled the filter that fired; [`Backend::delivered`](crate::backend::Backend::delivered) disables the other
+//!   kernel disabled the filter that fired; [`Driver::delivered`](crate::backend::Driver::delivered) disables the other
 //!   one, a change that rides on the next `kevent` call (routed under the lock that
 //!   read the registration's view, so a deregistration leaves none behind).
 //!
@@ -75,7 +75,7 @@
 //! the event list (a BSD kernel then returns at once without waiting). ENOENT on
 //! `EV_ENABLE` (the descriptor was closed and its number reused) is resubmitted as
 //! `EV_ADD`; any other refusal of an arm becomes an error event for that
-//! registration ([`Readiness::ERROR`](crate::Readiness::ERROR)), so it is never lost.
+//! registration ([`Readiness::ERROR`](crate::event::Readiness::ERROR)), so it is never lost.
 //!
 //! Every change-only call sets `EV_RECEIPT` on each record and passes an event list
 //! exactly as long as the change list, so the kernel answers every record (0 or an

@@ -114,6 +114,13 @@ pub fn quick() -> bool {
 /// User plus system CPU time of the whole process so far (all threads), from
 /// getrusage(2) with `RUSAGE_SELF`.
 pub fn cpu_time() -> Duration {
+    let (user, system) = cpu_times();
+    user + system
+}
+
+/// User and system CPU time of the whole process so far (all threads), from
+/// getrusage(2) with `RUSAGE_SELF`.
+pub fn cpu_times() -> (Duration, Duration) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage(2) fills the struct it is given; RUSAGE_SELF is always
     // valid, so it cannot fail (and a zeroed rusage is a valid value regardless).
@@ -122,7 +129,7 @@ pub fn cpu_time() -> Duration {
         ru.assume_init()
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
 /// The median of `xs` (the mean of the middle two for an even count); NaN if empty.

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hand-made seed inputs under fuzz/seeds/<target>/.
 
-Each seed is a scenario from shared/cases/CASES.md or the state table, encoded the
-way `arbitrary` 1.x decodes the harness's input types (fuzz/src/lib.rs, real.rs,
-kq.rs): an enum variant is a little-endian u32 v with (v * variants) >> 32 == index,
+Each seed is a scenario from docs/cases.md or the state table of docs/design.md,
+encoded the way `arbitrary` 1.x decodes the harness's input types (fuzz/src/lib.rs,
+real.rs, kq.rs): an enum variant is a little-endian u32 v with (v * variants) >> 32 == index,
 then its fields in order (u8: 1 byte, bool: 1 byte, u32: 4 bytes LE); a Vec taken
 as the rest of the input is a 1 byte before each element, 0 to stop.
 
@@ -38,7 +38,8 @@ def vec(spec, ops):
 
 
 MACHINE = ["Open", "Dup", "Close", "Levels", "Register", "Arm", "Disarm",
-           "Deregister", "Wait", "Accept", "Deliver", "Fire", "Stale", "Notify"]
+           "Deregister", "Wait", "Accept", "Deliver", "Fire", "Stale", "Notify",
+           "StaleWait", "Fork"]
 REAL = ["Open", "Dup", "Close", "Write", "Read", "Fill", "DrainPeer",
         "ShutdownPeer", "ClosePeer", "Register", "Arm", "Disarm", "Deregister",
         "Deliver", "Notify"]
@@ -99,6 +100,24 @@ SEEDS = {
             ("Open", 1), ("Register", 0), ("Arm", 0, R), ("Deliver", 0),
             ("Arm", 0, W), ("Disarm", 0), ("Arm", 0, B), ("Notify",),
             ("Deliver", 1), ("Deregister", 0)]),
+        # A deliver whose first wait fetches only stale events (a tag of the
+        # arming a disarm replaced, then of the first registration of a reused
+        # slot): nothing from them; it waits again and delivers the current arming.
+        "stale_only_wait_waits_again": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
+            ("Arm", 0, W), ("Levels", 0, WR), ("StaleWait", 0, 0, 0),
+            ("Arm", 0, R), ("Levels", 0, RD), ("StaleWait", 0, 1, 1),
+            ("Deregister", 0), ("Register", 0), ("Arm", 1, R),
+            ("StaleWait", 1, 2, 2)]),
+        # fork + reinit_after_fork: the armed socket re-added armed, the idle one
+        # fresh (its next arm an add), the armed regular file's synthetic event
+        # queued again; another thread's fetched events are gone in the child.
+        "fork_child_reinit": machine(0, 0, [
+            ("Open", 0), ("Open", 0), ("Open", 1), ("Register", 0),
+            ("Register", 1), ("Register", 2), ("Arm", 0, R), ("Arm", 1, R),
+            ("Disarm", 1), ("Arm", 2, R), ("Levels", 0, RD), ("Wait", 1),
+            ("Fork",), ("Deliver", 0), ("Arm", 1, R), ("Levels", 1, RD),
+            ("Fork",), ("Deliver", 2), ("Close", 0), ("Fork",), ("Deliver", 0)]),
         # Hang-up while quiet: at most one stale kernel event, nothing delivered.
         "hangup_while_quiet": machine(0, 0, [
             ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),

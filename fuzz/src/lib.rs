@@ -56,6 +56,8 @@ pub enum MachineOp {
     Fire { reg: u8, thread: u8 },
     Stale { reg: u8, back: u8, thread: u8 },
     Notify,
+    StaleWait { reg: u8, back: u8, thread: u8 },
+    Fork,
 }
 
 impl MachineOp {
@@ -80,6 +82,8 @@ impl MachineOp {
             MachineOp::Fire { reg, thread } => Op::Fire { reg, thread },
             MachineOp::Stale { reg, back, thread } => Op::Stale { reg, back, thread },
             MachineOp::Notify => Op::Notify,
+            MachineOp::StaleWait { reg, back, thread } => Op::StaleWait { reg, back, thread },
+            MachineOp::Fork => Op::Fork,
         }
     }
 }

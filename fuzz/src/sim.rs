@@ -1,5 +1,6 @@
-//! A simulated poller: the table of `pollshot::Poller` (slots, incarnations, start
-//! generations, the synthetic queue, the acceptance check of `deliver`) driving
+//! A simulated poller: the table of `pollshot::Poller` (a slot per descriptor
+//! number, incarnations, start generations, the synthetic queue, the acceptance
+//! check of `deliver`) driving
 //! `pollshot::state::RegState` against `pollshot::model::Model`, with the core
 //! invariants checked after every operation. Pure: no system call.
 //!
@@ -30,6 +31,9 @@
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
+//! A wait that fetched only stale events delivers nothing ([`Op::StaleWait`]); a
+//! fork's re-initialisation issues only adds, one per armed registration, to the
+//! child's new kernel ([`Op::Fork`]).
 
 use pollshot::model::{
     Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, Semantics,
@@ -37,7 +41,6 @@ use pollshot::model::{
 use pollshot::model::{RawEvent, Readiness};
 use pollshot::state::{Armed, Fallbacks, KernelError, Phase, RegState};
 use pollshot::Interest;
-use std::collections::BTreeMap;
 
 /// Simulated threads.
 pub const THREADS: usize = 3;
@@ -126,6 +129,22 @@ pub enum Op {
     },
     /// `notify`.
     Notify,
+    /// A thread's `deliver` whose first kernel wait fetches only stale events
+    /// (one for a registration's slot with a stale tag, as [`Op::Stale`]): it
+    /// delivers nothing from them and waits again (a whole [`Op::Deliver`]).
+    StaleWait {
+        /// Which registration's slot.
+        reg: u8,
+        /// How far back.
+        back: u8,
+        /// Which thread.
+        thread: u8,
+    },
+    /// `fork`, then `reinit_after_fork` in the child, which the simulation
+    /// follows from here on: a new kernel instance; registrations that were armed
+    /// are added to it armed (always-ready ones queue a synthetic event again),
+    /// idle ones become fresh; events other threads held are gone with them.
+    Fork,
 }
 
 /// Why an operation failed, comparable across semantics.
@@ -216,6 +235,25 @@ struct Flight {
     fabricated: bool,
 }
 
+impl Flight {
+    /// The synthetic event an arm of an always-ready registration queues.
+    fn synthetic(slot: usize, generation: u32, interest: Interest, origin: Origin) -> Flight {
+        Flight {
+            ev: ModelEvent {
+                raw: RawEvent {
+                    slot: slot as u32,
+                    stamp: generation,
+                    readiness: synthetic_readiness(interest),
+                },
+                origin,
+                filter: None,
+            },
+            synthetic: true,
+            fabricated: false,
+        }
+    }
+}
+
 /// How a new registration's first generation is chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EpochPolicy {
@@ -235,9 +273,8 @@ pub struct Sim {
     /// Per slot: the last stamps the kernel took (epoll and poll: the generations
     /// of commands that succeeded and of synthetic events; kqueue: incarnations).
     slot_stamps: Vec<Vec<u32>>,
+    /// Indexed by descriptor number, as `Poller`'s table is: one slot per number.
     slots: Vec<Option<Entry>>,
-    free_slots: Vec<usize>,
-    by_fd: BTreeMap<Fd, usize>,
     incarnations: u32,
     synthetic: Vec<Flight>,
     threads: [Vec<Flight>; THREADS],
@@ -275,8 +312,6 @@ impl Sim {
             slot_epoch: Vec::new(),
             slot_stamps: Vec::new(),
             slots: Vec::new(),
-            free_slots: Vec::new(),
-            by_fd: BTreeMap::new(),
             incarnations: 0,
             synthetic: Vec::new(),
             threads: Default::default(),
@@ -331,12 +366,10 @@ impl Sim {
     /// The number `fd` is closed: a registration on it is tainted.
     pub fn close(&mut self, fd: Fd) {
         if self.model.close(fd).is_ok() {
-            if let Some(&slot) = self.by_fd.get(&fd) {
-                let owner = self.slots[slot].as_ref().map(|e| e.owner);
-                if let Some(o) = owner {
-                    self.owners[o].tainted = true;
-                    self.owners[o].ever_tainted = true;
-                }
+            if let Some(Some(entry)) = self.slots.get(fd as usize) {
+                let o = entry.owner;
+                self.owners[o].tainted = true;
+                self.owners[o].ever_tainted = true;
             }
         }
     }
@@ -350,10 +383,6 @@ impl Sim {
 
     fn free(&mut self, slot: usize) -> Result<(), Failure> {
         let mut entry = self.slots[slot].take().expect("free of an empty slot");
-        self.free_slots.push(slot);
-        if self.by_fd.get(&entry.fd) == Some(&slot) {
-            self.by_fd.remove(&entry.fd);
-        }
         let owed = entry.state.in_kernel();
         let origin = Origin {
             owner: entry.owner as u64,
@@ -388,22 +417,18 @@ impl Sim {
     /// number as `Poller::register` does. Returns the new registration.
     pub fn register(&mut self, fd: Fd) -> usize {
         self.begin();
-        if let Some(&old) = self.by_fd.get(&fd) {
-            let owner = self.slots[old].as_ref().map(|e| e.owner).unwrap();
-            let r = self.free(old);
+        // The slot is the number's own.
+        let slot = fd as usize;
+        while self.slots.len() <= slot {
+            self.slots.push(None);
+            self.slot_epoch.push(self.start);
+            self.slot_stamps.push(Vec::new());
+        }
+        if let Some(owner) = self.slots[slot].as_ref().map(|e| e.owner) {
+            let r = self.free(slot);
             let op = self.op;
             self.owners[owner].log.push(Logged::Result(op, r));
         }
-        // As `slab` hands them out: the most recently freed slot first.
-        let slot = match self.free_slots.pop() {
-            Some(s) => s,
-            None => {
-                self.slots.push(None);
-                self.slot_epoch.push(self.start);
-                self.slot_stamps.push(Vec::new());
-                self.slots.len() - 1
-            }
-        };
         let start = match self.policy {
             EpochPolicy::PerSlot => self.slot_epoch[slot],
         };
@@ -433,7 +458,6 @@ impl Sim {
             incarnation,
             state: RegState::new(start),
         });
-        self.by_fd.insert(fd, slot);
         owner
     }
 
@@ -447,12 +471,12 @@ impl Sim {
         }
     }
 
-    fn note_commands(&mut self, slot: usize) {
+    /// Notes the stamps that `commands` (for `slot`) gave the kernel.
+    fn note_commands(&mut self, slot: usize, commands: &[CommandRecord]) {
         if !self.sem().tag_is_generation() {
             return;
         }
-        let gens: Vec<u32> = self
-            .commands
+        let gens: Vec<u32> = commands
             .iter()
             .filter(|c| c.error.is_none())
             .filter_map(|c| match c.command {
@@ -564,19 +588,7 @@ impl Sim {
                     ));
                 }
                 self.set_spec(owner, Some((interest, arming)));
-                let flight = Flight {
-                    ev: ModelEvent {
-                        raw: RawEvent {
-                            slot: slot as u32,
-                            stamp: after.generation(),
-                            readiness: synthetic_readiness(interest),
-                        },
-                        origin,
-                        filter: None,
-                    },
-                    synthetic: true,
-                    fabricated: false,
-                };
+                let flight = Flight::synthetic(slot, after.generation(), interest, origin);
                 // Poller::queue_synthetic: at most one queued entry per slot.
                 match self
                     .synthetic
@@ -601,8 +613,8 @@ impl Sim {
                 Err(failure(&e))
             }
         };
+        self.note_commands(slot, &cmds);
         self.commands = cmds;
-        self.note_commands(slot);
         if self.synthetic_queued > 0 && self.sem().tag_is_generation() {
             self.note_stamp(slot, after.generation());
         }
@@ -654,8 +666,8 @@ impl Sim {
         if !matches!(after.phase(), Phase::Armed(_)) {
             self.set_spec(owner, None);
         }
+        self.note_commands(slot, &cmds);
         self.commands = cmds;
-        self.note_commands(slot);
         let r = r.map(drop).map_err(|e| failure(&e));
         self.log(owner, r)
     }
@@ -781,6 +793,100 @@ impl Sim {
             fabricated: true,
         });
         earlier
+    }
+
+    /// `deliver` by `thread` whose first kernel wait fetched only a stale event for
+    /// `owner`'s slot (see [`Sim::inject_stale`]): that wait delivers nothing, and
+    /// the call waits again (a whole [`Sim::deliver`], with its no-lost-readiness
+    /// check). Where the slot has no stale stamp yet (kqueue's stamp is the
+    /// incarnation), the first wait fetched nothing.
+    pub fn stale_only_wait(&mut self, owner: usize, back: u8, thread: usize) -> Vec<Delivery> {
+        let mut out = self.accept(thread);
+        let stale = self.stale;
+        self.inject_stale(owner, back, thread);
+        if !self.threads[thread].is_empty() {
+            let got = self.accept(thread);
+            assert!(
+                got.is_empty(),
+                "a wait that fetched only stale events delivered {got:?}"
+            );
+            assert_eq!(self.stale, stale + 1, "the stale event was not dropped");
+        }
+        out.extend(self.deliver(thread));
+        out
+    }
+
+    /// `fork`, then `Poller::reinit_after_fork` in the child (which the
+    /// simulation becomes): a new kernel instance ([`Model::fork_child`]); every
+    /// registration forgets the kernel, the armed ones are added to the new
+    /// instance armed (a new generation, the same arming), always-ready ones queue
+    /// a synthetic event again, a closed number (EBADF) is left unarmed. Checks
+    /// that only adds were issued, one per armed registration the kernel can
+    /// poll: a delete, modify or quiet would be a command for the parent's
+    /// registrations (on epoll the child inherits the parent's instance).
+    pub fn fork(&mut self) {
+        self.begin();
+        self.model.fork_child();
+        // Only the forking thread exists in the child, and it is not inside
+        // `deliver`: what the threads held belongs to the parent.
+        for t in &mut self.threads {
+            t.clear();
+        }
+        self.synthetic.clear();
+        for slot in 0..self.slots.len() {
+            let Some(entry) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            let owner = entry.owner;
+            let spec = self.owners[owner].spec;
+            entry.state.forget_kernel();
+            let origin = Origin {
+                owner: owner as u64,
+                arming: spec.map_or(0, |(_, n)| n),
+            };
+            let mut fb = Fallbacks::default();
+            let r = entry.state.rearm_fresh(
+                &mut self
+                    .model
+                    .kernel(entry.fd, slot as u32, entry.incarnation, origin),
+                &mut fb,
+            );
+            let (fd, after) = (entry.fd, entry.state);
+            let cmds = self.model.take_commands();
+            assert!(
+                cmds.iter().all(|c| matches!(c.command, Command::Add(..))),
+                "fork: re-initialisation issued {cmds:?}, not only adds"
+            );
+            match r {
+                Ok(Armed::Unchanged) => {
+                    assert!(spec.is_none(), "fork: armed {spec:?}, not re-added");
+                    assert!(cmds.is_empty(), "fork: idle, but issued {cmds:?}");
+                }
+                Ok(Armed::Kernel) => {
+                    assert!(spec.is_some(), "fork: idle, but re-added");
+                    assert_eq!(cmds.last().and_then(|c| c.error), None);
+                    if self.model.is_open(fd) {
+                        self.owners[owner].tainted = false;
+                    }
+                }
+                Ok(Armed::Synthetic) => {
+                    let (interest, _) = spec.expect("fork: idle, but a synthetic event");
+                    let flight = Flight::synthetic(slot, after.generation(), interest, origin);
+                    self.synthetic.push(flight);
+                    if self.sem().tag_is_generation() {
+                        self.note_stamp(slot, after.generation());
+                    }
+                }
+                // Closed in the child: left unarmed, reported at its next arm.
+                Err(KernelError::BadFd) => {
+                    assert!(!self.model.is_open(fd));
+                    self.set_spec(owner, None);
+                }
+                Err(e) => panic!("fork: re-adding registration {owner} failed: {e:?}"),
+            }
+            self.note_commands(slot, &cmds);
+            self.commands.extend(cmds);
+        }
     }
 
     /// A thread checks the events it holds against the table (the second half of
@@ -1084,14 +1190,24 @@ impl Sim {
                 reg,
                 back,
                 thread: t,
+            }
+            | Op::StaleWait {
+                reg,
+                back,
+                thread: t,
             } => {
                 if let Some(o) = pick(reg) {
-                    self.inject_stale(o, back, thread(t));
+                    if matches!(op, Op::Stale { .. }) {
+                        self.inject_stale(o, back, thread(t));
+                    } else {
+                        self.stale_only_wait(o, back, thread(t));
+                    }
                 }
             }
             Op::Notify => {
                 self.notify();
             }
+            Op::Fork => self.fork(),
         }
         self.check();
     }

@@ -414,7 +414,7 @@ pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
         );
         match B::NAME {
             // The kernel adds EPOLLHUP to the quiet MOD; with EPOLLONESHOT it
-            // fires exactly once (DESIGN.md, checked on this kernel).
+            // fires exactly once (docs/design.md, "Kernel facts we rely on").
             "epoll" => assert_eq!(s.stale, 1, "{s:?}"),
             // Not in the polled set at all.
             "blocking" => assert_eq!(s.stale, 0, "{s:?}"),
@@ -688,6 +688,57 @@ pub fn bad_closed_fd<B: Backend>() {
     p.arm(t, Interest::READABLE).unwrap();
     c.write_all(b"x").unwrap();
     assert!(expect_one(&p, t).is_readable());
+    p.deregister(t).unwrap();
+}
+
+/// A refusal that is not an error on a re-arm: a registration idle in the kernel
+/// whose socket is closed and whose number now names `/dev/null`. The arm
+/// succeeds and no errno reaches the caller: epoll's MOD answers EPERM (the kernel
+/// checks that the target can be polled before it looks the entry up, so this is
+/// EPERM, not ENOENT), and the registration is reported always ready, one event
+/// per arm. The poll(2) backend polls `/dev/null` for real; kqueue takes its own
+/// path to the same outcome. On every backend each arm delivers one event, with no
+/// error flag.
+pub fn errno_reused_by_dev_null_is_always_ready_not_an_error<B: Backend>() {
+    let p = poller::<B>();
+    let (mut peer, sock) = socketpair();
+    let mut fd = OwnedFd::from(sock);
+    let t = p.register(&fd).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    peer.write_all(b"x").unwrap();
+    expect_one(&p, t); // idle in the kernel now
+    reuse_number(dev_null(), &mut fd); // the socket's last reference closes
+    #[cfg(feature = "stats")]
+    let before = p.stats();
+    p.arm(t, Interest::READABLE)
+        .expect("EPERM on a re-arm is not an error");
+    #[cfg(feature = "stats")]
+    if B::NAME == "epoll" {
+        let s = p.stats().since(&before);
+        assert_eq!(
+            (
+                s.modifies,
+                s.not_pollable,
+                s.synthetic,
+                s.adds,
+                s.not_found_to_add
+            ),
+            (1, 1, 1, 0, 0),
+            "one MOD answered EPERM, then always ready: {s:?}"
+        );
+    }
+    // libkqueue keeps the closed socket's knote (a BSD kernel drops it at close,
+    // see docs/design.md): the re-arm that rides on the next wait meets that stale
+    // knote and its refusal comes back with each arm's event, as an error flag:
+    // still one event per arm, never a loop.
+    let stale_knote = cfg!(pollshot_libkqueue) && B::NAME == "kqueue";
+    for round in 0..2 {
+        let ev = expect_one(&p, t);
+        assert!(ev.is_readable(), "round {round}: {ev:?}");
+        assert!(!ev.is_error() || stale_knote, "round {round}: {ev:?}");
+        assert_no_events(&p, 2, Duration::from_millis(2));
+        p.arm(t, Interest::READABLE).unwrap();
+    }
     p.deregister(t).unwrap();
 }
 

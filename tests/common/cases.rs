@@ -1,4 +1,4 @@
-//! One test (or more) per scenario of `shared/cases/CASES.md`, named after its id.
+//! One test (or more) per scenario of `docs/cases.md`, named after its id.
 //! Each asserts the row's "expected" column on real descriptors, on every backend
 //! the suite is instantiated for. Where a backend documents a different path to the
 //! same observable outcome (the poll(2) backend keeps no kernel state), the body
@@ -429,7 +429,7 @@ pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend>() {
     drop(x);
     if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
         // libkqueue keeps a closed number's knote (a BSD kernel drops it at close,
-        // see DESIGN.md), so whether the re-arm is refused at once (EBADF) or rides
+        // see docs/design.md), so whether the re-arm is refused at once (EBADF) or rides
         // on the next wait and comes back as one error event depends on timing.
         // Either way the refusal is reported once, never lost.
         match p.arm(t, Interest::WRITABLE) {

@@ -3,8 +3,9 @@
 //! Each test file (`epoll.rs`, `blocking.rs`, `kqueue.rs`, `default_backend.rs`)
 //! does `#[macro_use] mod common;` and `suite!(TheBackend);`, which expands to one
 //! `#[test]` per body in [`bodies`] (the model on every descriptor kind, exact system
-//! call counts, threads, notify, bad input) and [`cases`] (one or more per scenario
-//! of `shared/cases/CASES.md`, named after its id).
+//! call counts, threads, notify, bad input), [`cases`] (one or more per scenario of
+//! `docs/cases.md`, named after its id), [`contract`] (the arming contract) and
+//! [`wakeups`] (deadlines, signals, counted notifies, what an event means).
 //!
 //! Timing never decides a pass: the only clocks here are lower bounds a correct
 //! poller must respect (a timeout waits at least its length) and generous deadlines
@@ -15,6 +16,7 @@
 
 pub mod bodies;
 pub mod cases;
+pub mod contract;
 pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
@@ -66,6 +68,7 @@ macro_rules! suite {
             bad_negative_fd,
             bad_register_own_descriptor,
             bad_closed_fd,
+            errno_reused_by_dev_null_is_always_ready_not_an_error,
             bad_deregistered_token,
             bad_garbage_token,
             poller_is_send_sync,
@@ -102,6 +105,10 @@ macro_rules! suite {
             case_p15_timeout_1500us,
             case_p15_timeout_max_until_notify,
         ]);
+        suite!(@tests $backend, contract, [
+            contract_delivery_disarms_both_directions,
+            contract_arm_replaces_the_interest,
+        ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]
             wake_stale_only_wait_keeps_waiting_until_the_deadline,
@@ -120,6 +127,10 @@ macro_rules! suite {
             wake_4_notifies_end_4_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_notify_storm_without_waiters_costs_one_write,
+            #[cfg(feature = "stats")]
+            wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1,
+            #[cfg(feature = "stats")]
+            wake_always_ready_arm_and_notify_with_2_blocked_delivers,
             wake_fair_64_ready_capacity_8_all_served_within_8_delivers,
             meaning_pipe_writer_whose_reader_closed_is_write_closed,
             meaning_half_close_is_read_closed_only,

@@ -5,9 +5,11 @@
 //! the translation in one table, guarded by a read-write lock that every call but
 //! `add` and `delete` takes shared:
 //!
-//! - `by_fd`: descriptor number -> token (for `modify` and `delete`);
-//! - `slots[token.index()]`: the token, the caller's key, the interest and the mode
-//!   (for `wait`, one lookup per delivered event, and for `modify`).
+//! - `slots`, by descriptor number (which is also the token's
+//!   [`index`](Token::index)): the token, the caller's key, the interest and the
+//!   mode (for `modify` and `delete` by descriptor, and for `wait`, one lookup per
+//!   delivered event by its token). A map, not a vector indexed by number: a
+//!   number far above the others (one that is not open, say) costs one entry.
 //!
 //! Each slot's key, interest and mode sit behind the slot's own mutex, held across
 //! the pollshot call that arms or disarms it, so the kernel's arming and the table
@@ -62,8 +64,7 @@ pub struct Poller {
 
 #[derive(Default)]
 struct Table {
-    by_fd: HashMap<RawFd, Token>,
-    slots: Vec<Option<Slot>>,
+    slots: HashMap<RawFd, Slot>,
 }
 
 struct Slot {
@@ -82,14 +83,12 @@ struct SlotState {
 
 impl Table {
     fn slot(&self, token: Token) -> Option<&Slot> {
-        match self.slots.get(token.index()) {
-            Some(Some(slot)) if slot.token == token => Some(slot),
-            _ => None,
-        }
+        let fd = RawFd::try_from(token.index()).ok()?;
+        self.slots.get(&fd).filter(|slot| slot.token == token)
     }
 
     fn by_fd(&self, fd: RawFd) -> Option<&Slot> {
-        self.by_fd.get(&fd).and_then(|&token| self.slot(token))
+        self.slots.get(&fd)
     }
 }
 
@@ -233,7 +232,7 @@ impl Poller {
             ));
         }
         let mut table = self.write();
-        if table.by_fd.contains_key(&fd) {
+        if table.slots.contains_key(&fd) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!("polling add: fd {fd} is registered already (modify it instead)"),
@@ -251,19 +250,17 @@ impl Poller {
                 return Err(e);
             }
         }
-        let index = token.index();
-        if table.slots.len() <= index {
-            table.slots.resize_with(index + 1, || None);
-        }
-        table.slots[index] = Some(Slot {
-            token,
-            state: Mutex::new(SlotState {
-                key: interest.key,
-                interest: wanted,
-                level,
-            }),
-        });
-        table.by_fd.insert(fd, token);
+        table.slots.insert(
+            fd,
+            Slot {
+                token,
+                state: Mutex::new(SlotState {
+                    key: interest.key,
+                    interest: wanted,
+                    level,
+                }),
+            },
+        );
         Ok(())
     }
 
@@ -327,15 +324,12 @@ impl Poller {
     pub fn delete(&self, source: impl AsSource) -> io::Result<()> {
         let fd = source.source().as_raw_fd();
         let mut table = self.write();
-        let token = table
-            .by_fd
+        let slot = table
+            .slots
             .remove(&fd)
             .ok_or_else(|| not_registered("delete", fd))?;
-        if let Some(slot) = table.slots.get_mut(token.index()) {
-            *slot = None;
-        }
         drop(table);
-        self.inner.deregister(token)
+        self.inner.deregister(slot.token)
     }
 
     /// Waits for readiness and appends the events to `events` (never clearing it);
@@ -471,7 +465,7 @@ impl fmt::Debug for Poller {
         f.debug_struct("Poller")
             .field("backend", &self.inner.backend_name())
             .field("fd", &self.inner.as_raw_fd())
-            .field("sources", &self.read().by_fd.len())
+            .field("sources", &self.read().slots.len())
             .finish()
     }
 }
