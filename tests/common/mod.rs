@@ -315,6 +315,22 @@ pub fn set_nonblocking(fd: impl AsFd) {
     rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK).expect("F_SETFL");
 }
 
+/// Whether `B` is the kqueue backend on libkqueue (`--cfg pollshot_libkqueue`).
+///
+/// There a registered number closed without a deregistration while a dup (or a
+/// child) keeps its description open leaves an epoll entry inside libkqueue that
+/// no kevent change can remove, and the first change that reaches its knote
+/// through the closed or reused number (its `EV_DELETE`, or the disable after
+/// its report) frees the state that entry points at: once that description is
+/// ready, each `kevent` reads freed memory (seen as a crash in
+/// `linux_kevent_copyout`, or `kevent` failing with errno 0 from its "bad udata"
+/// branch) and returns at once (README, libkqueue). The cases of that kind stop
+/// on libkqueue before the orphaned description can be ready, after asserting
+/// what led there.
+pub fn on_libkqueue<B: Backend>() -> bool {
+    cfg!(pollshot_libkqueue) && B::NAME == "kqueue"
+}
+
 /// A connected Unix stream socketpair, both ends non-blocking.
 pub fn socketpair() -> (UnixStream, UnixStream) {
     let (a, b) = UnixStream::pair().expect("socketpair");
