@@ -64,8 +64,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
     const NAME: &'static str;
 
     /// Whether [`RawEvent::stamp`] is the arming generation (epoll: it rides in
-    /// `data.u64`). If not, it is the slot's incarnation (kqueue: `udata` is fixed at
-    /// `EV_ADD`), and an event is current exactly when the table says armed.
+    /// `data.u64`; kqueue where the kernel stores `udata` on every change). If
+    /// not, it is the slot's incarnation (kqueue on NetBSD, OpenBSD and 32-bit
+    /// targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
+    /// the table says armed.
     const TAG_IS_GENERATION: bool;
 
     /// Whether one registration may come back as several kernel events from one
@@ -92,6 +94,16 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// Row "in kernel, deregister": remove `fd`. ENOENT and EBADF are answered as
     /// such; the state machine treats them as success.
     fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
+
+    /// Row "in kernel, deregister" for a registration that a new registration of
+    /// the same descriptor number supersedes (`Poller::register`): the number was
+    /// closed and reused, or registered twice, and already belongs to the new
+    /// registration. The default is [`delete`](Self::delete); kqueue lets the
+    /// delete ride with the new registration's first command on that number.
+    #[inline]
+    fn delete_superseded(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.delete(fd, tag)
+    }
 
     /// Called after the poller accepted a delivery for `fd` that completes an arming
     /// for `interest` and reported `readiness`. A backend whose kernel disarmed only

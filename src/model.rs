@@ -16,14 +16,19 @@
 //!   it closed), so a dup'd description keeps an orphan entry under the closed
 //!   number alive.
 //! - [`Semantics::Kqueue`]: kqueue(2) as on FreeBSD. One knote per
-//!   (descriptor number, filter); `EV_ADD` creates it (or updates it, `udata`
-//!   included), `EV_ENABLE`/`EV_DISABLE`/`EV_DELETE` of a missing knote answer
-//!   ENOENT, any change on a closed number EBADF, `EV_ADD` on a description the
-//!   kernel cannot poll EINVAL. `EV_DISPATCH` disables a knote when it is reported;
-//!   `EV_ENABLE` keeps the `udata` set by `EV_ADD` (the conservative kernels: older
-//!   NetBSD/OpenBSD). Closing a descriptor number drops every knote on that number
-//!   ("Calling close() on a file descriptor will remove any kevents that reference
-//!   the descriptor", kqueue(2)), whether or not a dup keeps the description open.
+//!   (descriptor number, filter); `EV_ADD` creates it (or updates it),
+//!   `EV_ENABLE`/`EV_DISABLE`/`EV_DELETE` of a missing knote answer ENOENT, any
+//!   change on a closed number EBADF, `EV_ADD` on a description the kernel cannot
+//!   poll EINVAL. `EV_DISPATCH` disables a knote when it is reported. Every change
+//!   to an existing knote stores its `udata` (FreeBSD, DragonFly and XNU
+//!   `kqueue_register`/`kevent_register`), so the backend's `udata` carries the
+//!   arming generation, as epoll's `data` does. Closing a descriptor number drops
+//!   every knote on that number ("Calling close() on a file descriptor will remove
+//!   any kevents that reference the descriptor", kqueue(2)), whether or not a dup
+//!   keeps the description open.
+//! - [`Semantics::KqueueFixedUdata`]: the same, except that only `EV_ADD` stores
+//!   `udata` (NetBSD, OpenBSD): the backend's `udata` carries the slot's
+//!   incarnation, fixed at `EV_ADD`, and the arming generation stays in the table.
 //! - [`Semantics::Poll`]: the in-memory set of pollshot's poll(2) backend, keyed by
 //!   the registration's slot, polled by descriptor number at wait time (a closed
 //!   number reports `POLLNVAL`; a reused number reports the new description).
@@ -35,8 +40,9 @@
 //! with its per-registration belief of what the kernel holds, submitted at once;
 //! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
-//! [`RawEvent`]s with the slot and stamp a backend would decode (epoll and poll:
-//! the arming generation; kqueue: the slot's incarnation), each with the
+//! [`RawEvent`]s with the slot and stamp a backend would decode (the arming
+//! generation; with [`Semantics::KqueueFixedUdata`], the slot's incarnation), each
+//! with the
 //! [`Origin`] of the command that armed it: ground truth the kernel does not
 //! have, so that a checker can tell which arming an accepted event completes.
 //!
@@ -64,7 +70,7 @@
 //!     let events = model.wait(16);
 //!     assert_eq!(events.len(), 1);
 //!     assert_eq!(events[0].origin, origin);
-//!     let tag = (semantics != Semantics::Kqueue).then_some(events[0].raw.stamp);
+//!     let tag = semantics.tag_is_generation().then_some(events[0].raw.stamp);
 //!     assert_eq!(state.on_event(tag), Some(Interest::READABLE));
 //!     assert_eq!(state.phase(), Phase::Idle);
 //!     assert!(model.wait(16).is_empty()); // oneshot: reported once
@@ -154,23 +160,31 @@ impl Levels {
 pub enum Semantics {
     /// epoll(7) with pollshot's epoll backend's commands.
     Epoll,
-    /// kqueue(2) (FreeBSD) with two knotes per registration.
+    /// kqueue(2) (FreeBSD) with two knotes per registration; every change
+    /// stores `udata`.
     Kqueue,
     /// pollshot's poll(2) backend: a user-space set keyed by slot.
     Poll,
+    /// kqueue(2) where only `EV_ADD` stores `udata` (NetBSD, OpenBSD).
+    KqueueFixedUdata,
 }
 
 impl Semantics {
     /// Whether a [`RawEvent::stamp`] from this kernel is the arming generation
     /// (else it is the slot's incarnation): `Backend::TAG_IS_GENERATION`.
     pub const fn tag_is_generation(self) -> bool {
-        !matches!(self, Semantics::Kqueue)
+        !matches!(self, Semantics::KqueueFixedUdata)
+    }
+
+    /// Whether this is a kqueue (either kind).
+    pub const fn is_kqueue(self) -> bool {
+        matches!(self, Semantics::Kqueue | Semantics::KqueueFixedUdata)
     }
 
     /// Whether one registration may be reported as several kernel events by one
     /// wait (kqueue: one per filter): `Backend::SPLIT_FILTERS`.
     pub const fn split_filters(self) -> bool {
-        matches!(self, Semantics::Kqueue)
+        self.is_kqueue()
     }
 }
 
@@ -403,8 +417,11 @@ pub struct Calls {
 /// `backends/kqueue/queue.rs`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Belief {
+    incarnation: u32,
     knotes: kqc::Knotes,
     seq: u32,
+    /// The stamp an event of the arming in force carries (`View::stamp`).
+    stamp: u32,
     fired_at: Option<u32>,
     fired: kqc::Filters,
 }
@@ -439,8 +456,8 @@ pub struct Model {
     epoll: BTreeMap<(DescId, Fd), EpollEntry>,
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
-    /// kqueue: the backend's belief per registration, by `udata`.
-    beliefs: BTreeMap<u64, Belief>,
+    /// kqueue: the backend's belief per registration, by slot.
+    beliefs: BTreeMap<u32, Belief>,
     /// kqueue: the change records the registrations' commands sent.
     sent: Vec<Change>,
     notified: bool,
@@ -727,7 +744,12 @@ impl Model {
     /// Submits a kqueue plan at once: the records (with `EV_RECEIPT`), their
     /// answers, and the belief of the registration afterwards (a refused record,
     /// but of a delete, means its knote is not there).
-    fn submit(&mut self, plan: kqc::Plan, origin: Origin) -> Vec<(kqc::Action, Option<Errno>)> {
+    fn submit(
+        &mut self,
+        slot: u32,
+        plan: kqc::Plan,
+        origin: Origin,
+    ) -> Vec<(kqc::Action, Option<Errno>)> {
         let quiet = Origin {
             arming: 0,
             ..origin
@@ -758,10 +780,8 @@ impl Model {
             }
             out.push((c.action, a.err()));
         }
-        if let Some(udata) = records.first().map(|c| c.udata) {
-            if let Some(b) = self.beliefs.get_mut(&udata) {
-                b.knotes = after;
-            }
+        if let Some(b) = self.beliefs.get_mut(&slot) {
+            b.knotes = after;
         }
         self.sent.extend(records);
         out
@@ -858,6 +878,9 @@ impl Model {
             return Ok(());
         }
         let k = self.knotes.get_mut(&key).ok_or(Errno::NoEnt)?;
+        if self.semantics == Semantics::Kqueue {
+            k.udata = c.udata;
+        }
         if c.flags & EV_DISPATCH != 0 {
             k.dispatch = true;
         }
@@ -889,16 +912,24 @@ impl Model {
     /// command decided), as `Backend::delivered` does in `backends/kqueue/backend.rs`
     /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
-        if self.semantics != Semantics::Kqueue {
+        if !self.semantics.is_kqueue() {
             return;
         }
-        let udata = pack_usize(slot, incarnation);
-        let Some(b) = self.beliefs.get_mut(&(udata as u64)) else {
+        let tag_is_generation = self.semantics.tag_is_generation();
+        let Some(b) = self.beliefs.get_mut(&slot) else {
             return;
         };
-        if b.fired_at != Some(b.seq) {
+        if b.incarnation != incarnation || b.fired_at != Some(b.seq) {
             return;
         }
+        let udata = pack_usize(
+            slot,
+            if tag_is_generation {
+                b.stamp
+            } else {
+                incarnation
+            },
+        );
         let plan = kqc::after_delivery(fd, udata, b.knotes, b.fired);
         b.knotes = plan.after;
         if plan.is_empty() {
@@ -909,7 +940,7 @@ impl Model {
             owner: u64::MAX,
             arming: 0,
         };
-        self.submit(plan, origin);
+        self.submit(slot, plan, origin);
     }
 
     /// What the kernel holds for the registration on `fd` in `slot`.
@@ -928,7 +959,7 @@ impl Model {
                     },
                 }
             }
-            Semantics::Kqueue => {
+            Semantics::Kqueue | Semantics::KqueueFixedUdata => {
                 let r = self.knotes.get(&(fd, Filter::Read));
                 let w = self.knotes.get(&(fd, Filter::Write));
                 KernelView {
@@ -990,7 +1021,7 @@ impl Model {
                     });
                 }
             }
-            Semantics::Kqueue => {
+            Semantics::Kqueue | Semantics::KqueueFixedUdata => {
                 for (&(fd, filter), k) in self.knotes.iter_mut() {
                     if out.len() >= max {
                         break;
@@ -1003,14 +1034,16 @@ impl Model {
                     if k.dispatch {
                         k.enabled = false;
                     }
-                    if let Some(b) = self.beliefs.get_mut(&k.udata) {
-                        b.fired(filter);
+                    let (slot, stamp) = unpack_usize(k.udata as usize);
+                    if let Some(b) = self.beliefs.get_mut(&slot) {
+                        if b.stamp == stamp {
+                            b.fired(filter);
+                        }
                     }
-                    let (slot, incarnation) = unpack_usize(k.udata as usize);
                     out.push(ModelEvent {
                         raw: RawEvent {
                             slot,
-                            stamp: incarnation,
+                            stamp,
                             readiness: kqueue_readiness(filter, levels),
                         },
                         origin: k.origin,
@@ -1099,7 +1132,7 @@ impl Model {
                     filter: None,
                 })
             }
-            Semantics::Kqueue => {
+            Semantics::Kqueue | Semantics::KqueueFixedUdata => {
                 let levels = self.levels(*self.fds.get(&fd)?);
                 for filter in Filter::BOTH {
                     if let Some(k) = self.knotes.get_mut(&(fd, filter)) {
@@ -1107,14 +1140,16 @@ impl Model {
                             if k.dispatch {
                                 k.enabled = false;
                             }
-                            if let Some(b) = self.beliefs.get_mut(&k.udata) {
-                                b.fired(filter);
+                            let (slot, stamp) = unpack_usize(k.udata as usize);
+                            if let Some(b) = self.beliefs.get_mut(&slot) {
+                                if b.stamp == stamp {
+                                    b.fired(filter);
+                                }
                             }
-                            let (slot, incarnation) = unpack_usize(k.udata as usize);
                             return Some(ModelEvent {
                                 raw: RawEvent {
                                     slot,
-                                    stamp: incarnation,
+                                    stamp,
                                     readiness: kqueue_readiness(filter, levels),
                                 },
                                 origin: k.origin,
@@ -1150,16 +1185,19 @@ impl Model {
 
     /// The tag this kernel stores for a registration in `slot`, incarnation
     /// `incarnation`, armed at `generation` (what [`KernelView::tag`] shows): epoll
-    /// and poll pack slot and generation, kqueue slot and incarnation.
+    /// and poll pack slot and generation, kqueue packs them into a
+    /// pointer-sized `udata`, [`Semantics::KqueueFixedUdata`] slot and incarnation.
     pub fn tag_for(&self, slot: u32, incarnation: u32, generation: u32) -> u64 {
         match self.semantics {
-            Semantics::Kqueue => pack_usize(slot, incarnation) as u64,
+            Semantics::Kqueue => pack_usize(slot, generation) as u64,
+            Semantics::KqueueFixedUdata => pack_usize(slot, incarnation) as u64,
             Semantics::Epoll | Semantics::Poll => pack64(slot, generation),
         }
     }
 
     /// The stamp a current event for a registration in incarnation `incarnation`
-    /// carries on kqueue (the incarnation as it survives packing into `udata`).
+    /// carries on [`Semantics::KqueueFixedUdata`] (the incarnation as it survives
+    /// packing into `udata`).
     pub fn kqueue_stamp(incarnation: u32) -> u32 {
         incarnation_in_usize(incarnation)
     }
@@ -1197,7 +1235,7 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
         Errno::Exist => KernelError::Exists,
         Errno::BadF => KernelError::BadFd,
         Errno::Perm if semantics == Semantics::Epoll => KernelError::NotPollable,
-        Errno::Inval if semantics == Semantics::Kqueue => KernelError::NotPollable,
+        Errno::Inval if semantics.is_kqueue() => KernelError::NotPollable,
         other => KernelError::Other(io::Error::from_raw_os_error(other.raw())),
     }
 }
@@ -1207,17 +1245,39 @@ impl RegKernel<'_> {
     /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue/command.rs`).
     fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
         use kqc::Action::{Add, Delete, Disable, Enable};
-        let udata = pack_usize(self.slot, self.incarnation);
-        let cmd = match command {
-            Command::Add(i, _) => kqc::Command::Add(i),
-            Command::Modify(i, _) => kqc::Command::Modify(i),
-            Command::Quiet(_) => kqc::Command::Quiet,
-            Command::Delete => kqc::Command::Delete,
+        let (cmd, generation) = match command {
+            Command::Add(i, g) => (kqc::Command::Add(i), g),
+            Command::Modify(i, g) => (kqc::Command::Modify(i), g),
+            Command::Quiet(g) => (kqc::Command::Quiet, g),
+            Command::Delete => (kqc::Command::Delete, 0),
         };
-        let b = self.model.beliefs.entry(udata as u64).or_default();
+        let (slot, incarnation) = (self.slot, self.incarnation);
+        let udata = if self.model.semantics.tag_is_generation() {
+            pack_usize(slot, generation)
+        } else {
+            pack_usize(slot, incarnation)
+        };
+        let stamp = unpack_usize(udata).1;
+        let b = self.model.beliefs.entry(slot).or_insert(Belief {
+            incarnation,
+            stamp,
+            ..Belief::default()
+        });
+        if b.incarnation != incarnation {
+            // The slot now holds a new registration.
+            *b = Belief {
+                incarnation,
+                stamp,
+                seq: b.seq,
+                ..Belief::default()
+            };
+        }
         b.seq = b.seq.wrapping_add(1);
+        if matches!(cmd, kqc::Command::Add(_) | kqc::Command::Modify(_)) {
+            b.stamp = stamp;
+        }
         let plan = kqc::translate(cmd, self.fd, udata, b.knotes);
-        let mut answers = self.model.submit(plan, self.origin);
+        let mut answers = self.model.submit(slot, plan, self.origin);
         let lost = |a: &[(kqc::Action, Option<Errno>)]| {
             a.iter()
                 .any(|(act, e)| matches!(act, Enable | Add) && *e == Some(Errno::NoEnt))
@@ -1234,7 +1294,7 @@ impl RegKernel<'_> {
                 // Row "idle, arm(i)": on ENOENT, add: the backend starts it over.
                 answers = self
                     .model
-                    .submit(kqc::readd(self.fd, udata, i), self.origin);
+                    .submit(slot, kqc::readd(self.fd, udata, i), self.origin);
                 if lost(&answers) {
                     return Err(KernelError::NotFound);
                 }
@@ -1254,7 +1314,7 @@ impl RegKernel<'_> {
             }
         }
         if command == Command::Delete {
-            self.model.beliefs.remove(&(udata as u64));
+            self.model.beliefs.remove(&slot);
         }
         if bad_fd {
             return Err(KernelError::BadFd);
@@ -1317,7 +1377,7 @@ impl RegKernel<'_> {
             (Semantics::Epoll, Command::Delete) => {
                 self.model.epoll_ctl(EpollOp::Del, self.fd, 0, 0, origin)
             }
-            (Semantics::Kqueue, command) => {
+            (Semantics::Kqueue | Semantics::KqueueFixedUdata, command) => {
                 let r = self.kqueue(command);
                 let error = match &r {
                     Ok(()) => None,
@@ -1460,8 +1520,14 @@ mod tests {
     }
 
     #[test]
-    fn kqueue_close_drops_knotes_and_enable_keeps_udata() {
-        let mut m = Model::new(Semantics::Kqueue);
+    fn kqueue_close_drops_knotes_and_enable_stores_udata_where_the_kernel_does() {
+        for sem in [Semantics::Kqueue, Semantics::KqueueFixedUdata] {
+            kqueue_close_drops_knotes(sem);
+        }
+    }
+
+    fn kqueue_close_drops_knotes(sem: Semantics) {
+        let mut m = Model::new(sem);
         let a = m.open(true);
         let add = Change {
             ident: a,
@@ -1477,7 +1543,8 @@ mod tests {
             ..add
         };
         assert_eq!(m.kevent(&[enable]), vec![Ok(())]);
-        assert_eq!(m.knotes()[&(a, Filter::Read)].udata, 5);
+        let kept = if sem == Semantics::Kqueue { 9 } else { 5 };
+        assert_eq!(m.knotes()[&(a, Filter::Read)].udata, kept);
         let desc = m.description(a).unwrap();
         m.set_levels(desc, Levels::from_bits(1));
         assert_eq!(m.wait(8).len(), 1);

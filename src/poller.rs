@@ -93,6 +93,8 @@ struct FdKernel<'a, B> {
     fd: RawFd,
     slot: u32,
     incarnation: u32,
+    /// A deregistration by `register` of the same number (not by `deregister`).
+    superseded: bool,
 }
 
 impl<B> FdKernel<'_, B> {
@@ -119,7 +121,11 @@ impl<B: Backend> Kernel for FdKernel<'_, B> {
         self.backend.quiet(self.fd, self.tag(generation))
     }
     fn delete(&mut self) -> Result<(), KernelError> {
-        self.backend.delete(self.fd, self.tag(0))
+        if self.superseded {
+            self.backend.delete_superseded(self.fd, self.tag(0))
+        } else {
+            self.backend.delete(self.fd, self.tag(0))
+        }
     }
 }
 
@@ -280,7 +286,7 @@ impl<B: Backend> Poller<B> {
             // A refused EPOLL_CTL_DEL here (not ENOENT/EBADF) would leave an entry
             // whose events carry the old registration's generation: dropped as
             // stale, since the new one continues the slot's generations.
-            let _superseded = self.free(&mut slot);
+            let _superseded = self.free(&mut slot, true);
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
         let token = Token::new(fd as u32, incarnation);
@@ -295,8 +301,9 @@ impl<B: Backend> Poller<B> {
 
     /// Empties a locked slot, deleting its registration from the kernel if there.
     /// The slot's lock is held across the kernel's delete, so a racing arm then
-    /// finds the slot empty (`NotFound`).
-    fn free(&self, slot: &mut SlotGuard<'_>) -> io::Result<()> {
+    /// finds the slot empty (`NotFound`). `superseded`: a new registration of the
+    /// same number replaces it.
+    fn free(&self, slot: &mut SlotGuard<'_>, superseded: bool) -> io::Result<()> {
         let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
@@ -305,6 +312,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: entry.token.slot(),
             incarnation: entry.token.incarnation(),
+            superseded,
         });
         slot.vacate();
         result.map(drop).map_err(error::kernel)
@@ -330,6 +338,7 @@ impl<B: Backend> Poller<B> {
             fd: entry.fd,
             slot: token.slot(),
             incarnation: token.incarnation(),
+            superseded: false,
         };
         f(entry.fd, &mut entry.state, kernel)
     }
@@ -526,7 +535,9 @@ impl<B: Backend> Poller<B> {
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
         match self.table.lock(token.index()) {
-            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => self.free(&mut slot),
+            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => {
+                self.free(&mut slot, false)
+            }
             _ => Err(error::unknown_token("deregister", token)),
         }
     }
@@ -593,8 +604,11 @@ impl<B: Backend> Poller<B> {
                 counters.one(Count::Stale);
                 continue;
             };
+            // Current: the stamp names the arming in force (the generation), or
+            // the registration (the incarnation, where the table's phase
+            // decides). Only a current event may be merged into a delivery.
             let (tag, current) = if B::TAG_IS_GENERATION {
-                (Some(ev.stamp), true)
+                (Some(ev.stamp), ev.stamp == entry.state.generation())
             } else {
                 (None, ev.stamp == stamp_of(entry.token))
             };
@@ -727,6 +741,7 @@ impl<B: Backend> Poller<B> {
                     fd: entry.fd,
                     slot: entry.token.slot(),
                     incarnation: entry.token.incarnation(),
+                    superseded: false,
                 },
                 &mut fb,
             );

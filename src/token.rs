@@ -16,13 +16,16 @@
 //! - epoll: `epoll_event.data.u64` is 64 bits on every target, 32-bit ones
 //!   included. It holds the slot in the low 32 bits and the registration's arming
 //!   *generation* in the high 32 bits, rewritten by every `EPOLL_CTL_MOD`.
-//! - kqueue: `udata` is pointer-sized and fixed at `EV_ADD` (kernels differ on
-//!   whether `EV_ENABLE` updates it). On 64-bit targets it holds slot and
-//!   incarnation as above; on 32-bit targets the slot gets the low 20 bits (about a
-//!   million registrations) and the incarnation the high 12 bits. The generation
-//!   stays in the table. So on 32-bit targets descriptor numbers of 2^20 and more
-//!   cannot be registered (`register` refuses them with `InvalidInput`), on every
-//!   backend alike.
+//! - kqueue: `udata` is pointer-sized. On 64-bit targets whose kernel stores
+//!   `udata` on every change to a knote (FreeBSD, DragonFly, Apple; libkqueue with
+//!   its re-arm record) it holds slot and arming generation, rewritten by every
+//!   arm, as epoll's `data` does. On NetBSD and OpenBSD (only `EV_ADD` stores it)
+//!   it holds slot and incarnation, fixed at `EV_ADD`, and on 32-bit targets the
+//!   slot gets the low 20 bits (about a million registrations) and the
+//!   incarnation the high 12 bits; there the generation stays in the table.
+//!   So on 32-bit targets descriptor numbers of 2^20 and more cannot be
+//!   registered (`register` refuses them with `InvalidInput`), on every backend
+//!   alike.
 //!
 //! Wrap-around: generations and incarnations are `u32` counters that wrap, and a
 //! slot's generations continue from one registration of the number to the next. A

@@ -39,6 +39,20 @@ fn next(p: &Poller<Kqueue>, events: &mut Events) -> usize {
     panic!("no event after {LONG:?}");
 }
 
+/// A registration of `b` (its peer `a`) that is idle in the kernel: armed once
+/// (an add) and delivered, its byte read.
+fn idle(p: &Poller<Kqueue>) -> (UnixStream, UnixStream, pollshot::Token) {
+    let (mut a, mut b) = pair();
+    let t = p.register(&b).unwrap();
+    a.write_all(b"x").unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    let mut events = Events::with_capacity(8);
+    assert_eq!(next(p, &mut events), 1);
+    let mut buf = [0u8; 8];
+    assert_eq!(b.read(&mut buf).unwrap(), 1);
+    (a, b, t)
+}
+
 /// A re-arm made by the thread that waits next costs no system call of its own:
 /// 100 round trips are 100 `kevent` waits and no change-only call.
 #[cfg(feature = "stats")]
@@ -81,15 +95,7 @@ fn rearm_rides_on_the_next_wait() {
 #[test]
 fn arm_while_another_thread_waits_is_submitted_at_once() {
     let p = Arc::new(Poller::<Kqueue>::with_backend().unwrap());
-    let (mut a, mut b) = pair();
-    let t = p.register(&b).unwrap();
-    // Idle in the kernel: armed once and delivered.
-    a.write_all(b"x").unwrap();
-    p.arm(t, Interest::READABLE).unwrap();
-    let mut events = Events::with_capacity(8);
-    assert_eq!(next(&p, &mut events), 1);
-    let mut buf = [0u8; 8];
-    assert_eq!(b.read(&mut buf).unwrap(), 1);
+    let (mut a, _b, t) = idle(&p);
 
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let waiter = {
@@ -267,5 +273,56 @@ fn forked_child_does_not_close_the_parent_number() {
             assert_eq!(events.iter().next().unwrap().token(), t);
         }
         _ => panic!("fork: {}", std::io::Error::last_os_error()),
+    }
+}
+
+/// A deregistration whose descriptor has a queued re-arm that a blocked waiter
+/// carries into `kevent` (issue 8.7): `deregister` does not wait for that
+/// waiter's timeout (it has none) but wakes it, and the wake-up is the backend's
+/// own: the waiter's `deliver(None)` goes on waiting and returns only for the
+/// notify that comes afterwards. When `deregister` returns, its delete has been
+/// submitted (one change-only call). 20 trials.
+#[cfg(feature = "stats")]
+#[test]
+fn deregister_wakes_a_waiter_that_carries_its_records() {
+    for trial in 0..20 {
+        let p = Arc::new(Poller::<Kqueue>::with_backend().unwrap());
+        let (_a, _b, t) = idle(&p);
+        // Re-armed with nobody waiting: queued, to ride on the next wait.
+        p.arm(t, Interest::READABLE).unwrap();
+        let waiter = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut events = Events::with_capacity(8);
+                let n = p.deliver(&mut events, None).unwrap();
+                (n, events.is_notified())
+            })
+        };
+        while p.waiters() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Let it take the re-arm into kevent (not a correctness condition: a
+        // deregistration that comes first flushes the re-arm itself).
+        std::thread::sleep(Duration::from_millis(20));
+        let before = p.stats();
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let p = p.clone();
+            std::thread::spawn(move || tx.send(p.deregister(t).is_ok()).unwrap());
+        }
+        assert_eq!(
+            rx.recv_timeout(LONG),
+            Ok(true),
+            "trial {trial}: deregister did not return (a waiter carrying its records was not woken)"
+        );
+        let s = p.stats().since(&before);
+        assert_eq!((s.deletes, s.ctl_calls), (1, 1), "trial {trial}: {s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !waiter.is_finished(),
+            "trial {trial}: the backend's wake-up ended a deliver(None)"
+        );
+        p.notify().unwrap();
+        assert_eq!(waiter.join().unwrap(), (0, true), "trial {trial}");
     }
 }

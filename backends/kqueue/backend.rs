@@ -5,8 +5,9 @@
 //! wait that carries the queued changes ([`Driver::wait`]). What a command does
 //! with the kernel's answers is `command.rs`; where its records travel, `queue.rs`.
 
-use super::changes::{self, Action, Command, Filters};
-use super::queue::{Record, Shared, NO_RECORD};
+use super::changes::{self, Action, Command};
+use super::command::udata;
+use super::queue::{sync::MutexGuard, Outbox, Queue, Record, Shared, NO_RECORD};
 use super::sys::{self, KEvent, Kind};
 use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::error::classify;
@@ -15,13 +16,11 @@ use crate::interest::Interest;
 use crate::pipe;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
-use crate::token::{incarnation_in_usize, pack_usize, unpack_usize};
+use crate::token::unpack_usize;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::collections::VecDeque;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Kernel events read per wait (a stack buffer: a wait never allocates).
@@ -43,7 +42,7 @@ pub struct Kqueue {
     /// `ManuallyDrop`: in a forked child the number is not ours to close.
     kq: ManuallyDrop<OwnedFd>,
     waker: Waker,
-    shared: Mutex<Shared>,
+    pub(super) queue: Queue,
     /// A [`Driver::wake`] no wait has taken yet: the wait that takes it returns.
     user_woken: AtomicBool,
     /// A wake-up (trigger or pipe byte) is outstanding: further ones coalesce.
@@ -89,9 +88,7 @@ unsafe fn init(buf: &[MaybeUninit<KEvent>], n: usize) -> &[KEvent] {
 
 impl Kqueue {
     pub(super) fn shared(&self) -> MutexGuard<'_, Shared> {
-        // Every update under this lock completes before it is released: a panic
-        // elsewhere leaves nothing half-done.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        self.queue.lock()
     }
 
     fn kq(&self) -> RawFd {
@@ -150,10 +147,7 @@ impl Kqueue {
                 answer(c * CHUNK + i, e.unwrap_or(libc::EIO));
             }
         }
-        let mut sh = self.shared();
-        for r in batch {
-            sh.release(r);
-        }
+        self.queue.release_batch(batch);
     }
 
     /// Makes a blocked (or the next) `kevent` return: trigger the user event or
@@ -222,7 +216,7 @@ fn pair(records: &[Record], entries: &[KEvent], mut answer: impl FnMut(usize, i3
 
 impl Driver for Kqueue {
     const NAME: &'static str = "kqueue";
-    const TAG_IS_GENERATION: bool = false;
+    const TAG_IS_GENERATION: bool = sys::UDATA_IS_GENERATION;
     const SPLIT_FILTERS: bool = true;
 
     fn new() -> io::Result<Kqueue> {
@@ -230,7 +224,7 @@ impl Driver for Kqueue {
         Ok(Kqueue {
             kq: ManuallyDrop::new(kq),
             waker,
-            shared: Mutex::new(Shared::default()),
+            queue: Queue::new(),
             user_woken: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             forsaken: false,
@@ -252,26 +246,38 @@ impl Driver for Kqueue {
             Ok(_) => {}
             Err(e) => return Err(classify(e.into(), &[])),
         }
-        self.command(fd, tag, Command::Add(interest))
+        self.command(fd, tag, Command::Add(interest), false)
     }
 
     fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
-        self.command(fd, tag, Command::Modify(interest))
+        self.command(fd, tag, Command::Modify(interest), false)
     }
 
     fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
-        self.command(fd, tag, Command::Quiet)
+        self.command(fd, tag, Command::Quiet, false)
     }
 
+    /// `EV_DELETE` per added filter, submitted at once after the descriptor's
+    /// records in flight have returned, with its queued records ahead of them:
+    /// when this returns the kernel has applied them, and nothing of `fd` is
+    /// queued or in flight (`queue.rs`, "Ownership").
     fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
-        self.command(fd, tag, Command::Delete)
+        self.command(fd, tag, Command::Delete, false)
+    }
+
+    /// `EV_DELETE` per added filter, queued to reach the kernel with the next
+    /// command on the number (`Shared::hold_back`).
+    fn delete_superseded(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+        self.command(fd, tag, Command::Delete, true)
     }
 
     /// Disables the filters that did not fire, unless a command for the
     /// registration came after the event was read (then that command decided).
+    /// The records are routed under the lock that reads the view, so a
+    /// deregistration that removed it leaves nothing to send.
     fn delivered(&self, fd: RawFd, tag: Tag, _interest: Interest, _readiness: Readiness) {
-        let udata = pack_usize(tag.slot, tag.incarnation);
-        let own = {
+        let mut out = Outbox::default();
+        {
             let mut sh = self.shared();
             let Some(view) = sh.views.get_mut(&tag.slot) else {
                 return;
@@ -279,6 +285,10 @@ impl Driver for Kqueue {
             if view.incarnation != tag.incarnation || view.fired_at != Some(view.seq) {
                 return;
             }
+            let udata = udata(Tag {
+                generation: view.stamp,
+                ..tag
+            });
             let plan = changes::after_delivery(fd, udata, view.knotes, view.fired);
             view.knotes = plan.after;
             if plan.is_empty() {
@@ -287,16 +297,19 @@ impl Driver for Kqueue {
             view.seq = view.seq.wrapping_add(1);
             let seq = view.seq;
             self.count(Count::Quiet, &plan);
-            plan.changes()
+            let own: Vec<Record> = plan
+                .changes()
                 .map(|change| Record {
                     change,
                     slot: tag.slot,
+                    incarnation: tag.incarnation,
                     seq,
                 })
-                .collect::<Vec<_>>()
-        };
+                .collect();
+            out.route(&mut sh, &own);
+        }
         let mut events = Vec::new();
-        self.submit_detached(own, &mut events);
+        self.flush(out, &mut events);
         self.defer(events);
     }
 
@@ -312,38 +325,17 @@ impl Driver for Kqueue {
         loop {
             // Enter: take the queue (it rides on this call) and count as a waiter.
             // A record whose descriptor is in another thread's call stays queued
-            // (it must reach the kernel after that call's records).
+            // (it must reach the kernel after that call's records), and so does
+            // one of a descriptor being deregistered (`Queue::drain`).
             let mut carried = [NO_RECORD; CARRY];
-            let mut ncarried = 0;
-            {
+            let ncarried = {
                 let mut sh = self.shared();
                 sh.take_deferred(out, max.saturating_sub(out.len()));
                 if out.len() >= max {
                     return Ok(false);
                 }
-                let mut skipped = VecDeque::new();
-                while ncarried < CARRY {
-                    let Some(r) = sh.pending.pop_front() else {
-                        break;
-                    };
-                    let fd = r.change.fd;
-                    // Records of one descriptor keep their order: once one is
-                    // skipped, so are the ones after it.
-                    if !sh.clear_to_go(&r) || skipped.iter().any(|s: &Record| s.change.fd == fd) {
-                        skipped.push_back(r);
-                        continue;
-                    }
-                    carried[ncarried] = r;
-                    ncarried += 1;
-                }
-                while let Some(r) = skipped.pop_back() {
-                    sh.pending.push_front(r);
-                }
-                for r in &carried[..ncarried] {
-                    sh.hold(r);
-                }
-                sh.waiters += 1;
-            }
+                sh.enter_wait(&mut carried)
+            };
             let carried = &carried[..ncarried];
             let mut list = [MaybeUninit::<KEvent>::uninit(); CARRY];
             for (slot, r) in list.iter_mut().zip(carried) {
@@ -372,19 +364,18 @@ impl Driver for Kqueue {
             let reverify =
                 !sys::WAIT_RETURNS_CHANGE_ERRORS && n == 0 && carried.iter().any(|r| again(&r));
             let mut woke = false;
-            let mut readds = Vec::new();
+            let mut outbox = Outbox::default();
             let mut refused = Vec::new();
-            let wake_others;
+            let drained;
+            let mut wake_others;
             {
                 let mut sh = self.shared();
-                sh.waiters -= 1;
-                for r in carried.iter().filter(|r| !reverify || !again(r)) {
-                    sh.release(r);
-                }
+                // What is re-asked below stays held, for a change-only call.
+                drained = sh.leave_wait(carried, |r| reverify && again(&r));
                 let mut errors = Vec::new();
                 pair(carried, entries, |i, errno| errors.push((i, errno)));
                 for (i, errno) in errors {
-                    self.settle(&mut sh, &carried[i], errno, &mut refused, &mut readds);
+                    self.settle(&mut sh, &carried[i], errno, &mut refused, &mut outbox);
                 }
                 for e in entries {
                     let flags = sys::flags(e);
@@ -404,14 +395,10 @@ impl Driver for Kqueue {
                         Kind::Other => continue,
                     };
                     let (slot, stamp) = unpack_usize(sys::udata(e));
-                    if let Some(v) = sh.views.get_mut(&slot) {
-                        if incarnation_in_usize(v.incarnation) == stamp {
-                            if v.fired_at != Some(v.seq) {
-                                v.fired_at = Some(v.seq);
-                                v.fired = Filters::NONE;
-                            }
-                            v.fired = v.fired.with(filter);
-                        }
+                    let fd = sys::ident(e) as RawFd;
+                    let by_generation = sys::UDATA_IS_GENERATION;
+                    if let Some(repair) = sh.note_report(fd, slot, stamp, filter, by_generation) {
+                        outbox.route(&mut sh, &[repair]);
                     }
                     let ev = RawEvent {
                         slot,
@@ -428,6 +415,9 @@ impl Driver for Kqueue {
                 }
                 wake_others = (!sh.pending.is_empty() || !sh.deferred.is_empty()) && sh.waiters > 0;
             }
+            if drained {
+                self.queue.released();
+            }
             if reverify {
                 // Still held in `inflight`, so nothing overtook them; repeating an
                 // enable or a disable is harmless.
@@ -436,7 +426,7 @@ impl Driver for Kqueue {
                 self.submit_now(&batch, |i, e| answers.push((i, e)));
                 let mut sh = self.shared();
                 for (i, errno) in answers {
-                    self.settle(&mut sh, &batch[i], errno, &mut refused, &mut readds);
+                    self.settle(&mut sh, &batch[i], errno, &mut refused, &mut outbox);
                 }
             }
             if woke {
@@ -447,11 +437,15 @@ impl Driver for Kqueue {
                 // either sees `woken` clear and wakes again, or stored its flag
                 // before this read (all SeqCst).
                 self.woken.store(false, SeqCst);
+                // Likewise for a deregistration draining a record another waiter
+                // carries (`Queue::drain`): it registered before it tried to wake
+                // (and found `woken` set, so it relied on this wake-up), and
+                // `woken` is clear now, so one of the two wakes that waiter.
+                let sh = self.shared();
+                wake_others |= sh.drain_needs_wake() && sh.waiters > 0;
             }
             let user = woke && self.user_woken.swap(false, SeqCst);
-            if !readds.is_empty() {
-                self.submit_detached(readds, &mut refused);
-            }
+            self.flush(outbox, &mut refused);
             if !refused.is_empty() {
                 let room = max.saturating_sub(out.len()).min(refused.len());
                 out.extend(refused.drain(..room));
@@ -494,10 +488,7 @@ impl Driver for Kqueue {
         self.kq = ManuallyDrop::new(kq);
         // A pipe waker is the child's own copy: dropping it closes only that.
         self.waker = waker;
-        *self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner) = Shared::default();
+        self.queue.reset();
         *self.user_woken.get_mut() = false;
         *self.woken.get_mut() = false;
         self.forsaken = false;

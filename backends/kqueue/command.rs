@@ -6,7 +6,7 @@
 
 use super::backend::{os, Kqueue};
 use super::changes::{self, Action, Command, Filters, Plan};
-use super::queue::{Batch, Record, Route, Shared, View};
+use super::queue::{Batch, Outbox, Record, Route, Shared, View};
 use super::sys;
 use crate::backend::{RawEvent, Tag};
 use crate::interest::Interest;
@@ -28,6 +28,23 @@ struct Verdict {
     all_gone: bool,
 }
 
+/// The `udata` of a registration's records: slot and arming generation where
+/// the kernel stores `udata` on every change (`sys::UDATA_IS_GENERATION`), else
+/// slot and incarnation (fixed at `EV_ADD`). See `token.rs` for the packing.
+pub(super) fn udata(tag: Tag) -> usize {
+    if sys::UDATA_IS_GENERATION {
+        pack_usize(tag.slot, tag.generation)
+    } else {
+        pack_usize(tag.slot, tag.incarnation)
+    }
+}
+
+/// The stamp an event of the arming `tag` installs carries: [`udata`]'s high
+/// part, as it survives packing.
+pub(super) fn stamp(tag: Tag) -> u32 {
+    unpack_usize(udata(tag)).1
+}
+
 impl Kqueue {
     /// Counts one command of `kind` if it has records. The counters count
     /// commands, as on every backend (one per state-machine command that
@@ -39,16 +56,16 @@ impl Kqueue {
     }
 
     /// Acts on the answer to a record nobody waits for (carried by a wait, or
-    /// taken along by another command): ENOENT on `Enable` becomes an `Add`
-    /// (pushed to `readds`); other refusals of an arm become an error event for
-    /// the registration (pushed to `events`). Under the lock.
+    /// taken along by another command): ENOENT on `Enable` becomes an `Add`,
+    /// routed into `out` under this same lock; other refusals of an arm become
+    /// an error event for the registration (pushed to `events`). Under the lock.
     pub(super) fn settle(
         &self,
         sh: &mut Shared,
         rec: &Record,
         errno: i32,
         events: &mut Vec<RawEvent>,
-        readds: &mut Vec<Record>,
+        out: &mut Outbox,
     ) {
         if errno == 0 {
             return;
@@ -72,11 +89,15 @@ impl Kqueue {
                 let seq = view.seq;
                 self.counters.one(Count::NotFoundToAdd);
                 self.count(Count::Add, &plan);
-                readds.extend(plan.changes().map(|change| Record {
-                    change,
-                    seq,
-                    ..*rec
-                }));
+                let readds: Vec<Record> = plan
+                    .changes()
+                    .map(|change| Record {
+                        change,
+                        seq,
+                        ..*rec
+                    })
+                    .collect();
+                out.route(sh, &readds);
             }
             (Action::Enable | Action::Add, _) => {
                 if rec.change.action == Action::Add {
@@ -100,37 +121,31 @@ impl Kqueue {
         }
     }
 
-    /// Submits records nobody waits for (re-adds, the quiet after a delivery)
-    /// and settles their answers; error events go to `events`.
-    pub(super) fn submit_detached(&self, records: Vec<Record>, events: &mut Vec<RawEvent>) {
-        let mut todo = records;
+    /// Submits the batches routed into `out` (re-adds, the quiet after a
+    /// delivery) and what their answers route in turn, settling every answer;
+    /// error events go to `events`. Wakes a blocked waiter if records were
+    /// queued for one to carry.
+    pub(super) fn flush(&self, mut out: Outbox, events: &mut Vec<RawEvent>) {
         let mut wake = false;
-        while !todo.is_empty() {
-            let mut readds = Vec::new();
-            let mut fds: Vec<RawFd> = Vec::new();
-            for r in &todo {
-                if !fds.contains(&r.change.fd) {
-                    fds.push(r.change.fd);
-                }
-            }
-            for fd in fds {
-                let group: Vec<Record> =
-                    todo.iter().filter(|r| r.change.fd == fd).copied().collect();
-                let route = self.shared().route(&group);
-                match route {
-                    Route::Queued { wake: w } => wake |= w,
-                    Route::Now(batch) => {
-                        let batch = batch.as_slice();
-                        let mut answers = Vec::new();
-                        self.submit_now(batch, |i, e| answers.push((i, e)));
-                        let mut sh = self.shared();
-                        for (i, errno) in answers {
-                            self.settle(&mut sh, &batch[i], errno, events, &mut readds);
-                        }
+        while !out.is_empty() {
+            wake |= out.wake;
+            let mut next = Outbox::default();
+            for batch in &out.batches {
+                let batch = batch.as_slice();
+                let mut answers = Vec::new();
+                self.submit_now(batch, |i, e| {
+                    if e != 0 {
+                        answers.push((i, e));
+                    }
+                });
+                if !answers.is_empty() {
+                    let mut sh = self.shared();
+                    for (i, errno) in answers {
+                        self.settle(&mut sh, &batch[i], errno, events, &mut next);
                     }
                 }
             }
-            todo = readds;
+            out = next;
         }
         if wake {
             // A failed wake leaves the records queued for the next wait.
@@ -149,42 +164,68 @@ impl Kqueue {
     /// Translates one command for one registration with `build` (given the view,
     /// it returns the plan), and routes its records. `None`: queued (or
     /// nothing to do); `Some(..)`: submitted, with the kernel's verdict.
+    ///
+    /// A deregistration (`kind` is `Count::Delete`) removes the view, drains
+    /// `fd` ([`Queue::drain`]) and submits its queued records and its own
+    /// `EV_DELETE`s at once: it has taken effect in the kernel when this
+    /// returns, and nothing of `fd` is left queued or in flight.
+    ///
+    /// [`Queue::drain`]: super::queue::Queue::drain
     fn exchange(
         &self,
+        fd: RawFd,
         tag: Tag,
         kind: Count,
+        superseded: bool,
         build: impl FnOnce(&View) -> Plan,
     ) -> Option<Verdict> {
         let mut sh = self.shared();
-        let view = sh.view(tag);
+        let view = sh.view(tag, stamp(tag));
         let plan = build(view);
         view.knotes = plan.after;
         view.seq = view.seq.wrapping_add(1);
-        let seq = view.seq;
-        if kind == Count::Delete {
-            sh.views.remove(&tag.slot);
+        if matches!(kind, Count::Add | Count::Modify) {
+            // The arming this command installs: its events carry this stamp.
+            view.stamp = stamp(tag);
         }
+        let seq = view.seq;
         self.count(kind, &plan);
         let mut own = Batch::new();
         for change in plan.changes() {
             own.push(Record {
                 change,
                 slot: tag.slot,
+                incarnation: tag.incarnation,
                 seq,
             });
         }
         let own = own.as_slice();
-        let route = sh.route(own);
-        drop(sh);
-        let batch = match route {
-            Route::Queued { wake } => {
-                if wake {
-                    // A failed wake leaves the records queued for the next wait.
-                    let _ = self.kick();
+        if kind == Count::Delete && superseded {
+            sh.views.remove(&tag.slot);
+            sh.hold_back(own);
+            return None;
+        }
+        let batch = if kind == Count::Delete {
+            sh.views.remove(&tag.slot);
+            let (sh, batch) = self.queue.drain(sh, fd, own, || {
+                // A failed wake leaves the waiter blocked until its timeout.
+                let _ = self.kick();
+            });
+            drop(sh);
+            batch
+        } else {
+            let route = sh.route(own);
+            drop(sh);
+            match route {
+                Route::Queued { wake } => {
+                    if wake {
+                        // A failed wake leaves the records queued for the next wait.
+                        let _ = self.kick();
+                    }
+                    return None;
                 }
-                return None;
+                Route::Now(batch) => batch,
             }
-            Route::Now(batch) => batch,
         };
         let batch = batch.as_slice();
         let first_own = batch.len() - own.len();
@@ -202,11 +243,11 @@ impl Kqueue {
             ..Verdict::default()
         };
         let mut deferred = Vec::new();
-        let mut readds = Vec::new();
+        let mut out = Outbox::default();
         {
             let mut sh = self.shared();
             for (i, errno) in taken {
-                self.settle(&mut sh, &batch[i], errno, &mut deferred, &mut readds);
+                self.settle(&mut sh, &batch[i], errno, &mut deferred, &mut out);
             }
             for (r, &errno) in own.iter().zip(&errnos) {
                 let f = r.change.filter;
@@ -232,16 +273,21 @@ impl Kqueue {
                 }
             }
         }
-        if !readds.is_empty() {
-            self.submit_detached(readds, &mut deferred);
-        }
+        self.flush(out, &mut deferred);
         self.defer(deferred);
         Some(verdict)
     }
 
-    /// One command for one registration, answered synchronously.
-    pub(super) fn command(&self, fd: RawFd, tag: Tag, command: Command) -> Result<(), KernelError> {
-        let udata = pack_usize(tag.slot, tag.incarnation);
+    /// One command for one registration, answered synchronously (except a
+    /// `superseded` delete, see [`Shared::hold_back`]).
+    pub(super) fn command(
+        &self,
+        fd: RawFd,
+        tag: Tag,
+        command: Command,
+        superseded: bool,
+    ) -> Result<(), KernelError> {
+        let udata = udata(tag);
         let kind = match command {
             Command::Add(_) => Count::Add,
             Command::Modify(_) => Count::Modify,
@@ -249,7 +295,7 @@ impl Kqueue {
             Command::Delete => Count::Delete,
         };
         let build = |v: &View| changes::translate(command, fd, udata, v.knotes);
-        let Some(verdict) = self.exchange(tag, kind, build) else {
+        let Some(verdict) = self.exchange(fd, tag, kind, superseded, build) else {
             return Ok(());
         };
         let verdict = match command {
@@ -260,7 +306,9 @@ impl Kqueue {
                 // descriptor (closed, number reused): start it over.
                 self.counters.one(Count::NotFoundToAdd);
                 let readd = |_: &View| changes::readd(fd, udata, interest);
-                let again = self.exchange(tag, Count::Add, readd).unwrap_or_default();
+                let again = self
+                    .exchange(fd, tag, Count::Add, false, readd)
+                    .unwrap_or_default();
                 if !again.lost.is_empty() && again.other.is_none() && !again.bad_fd {
                     return Err(KernelError::NotFound);
                 }
@@ -276,7 +324,7 @@ impl Kqueue {
         }
         if verdict.not_pollable {
             // Always ready from now on: no knote of it may stay behind.
-            let _ = self.command(fd, tag, Command::Delete);
+            let _ = self.command(fd, tag, Command::Delete, false);
             return Err(KernelError::NotPollable);
         }
         if command == Command::Quiet && verdict.all_gone {

@@ -22,7 +22,9 @@
 //!     on the kernel's answers;
 //!   - `queue.rs`, the bookkeeping under the backend's mutex: the change queue,
 //!     the records in calls that have not returned, the views of registrations,
-//!     and the routing rule (queue or submit now). No system call.
+//!     the routing rule (queue or submit now) and the drain of a deregistered
+//!     descriptor. No system call; compiled on every target and model-checked
+//!     with loom (`queue_loom.rs`).
 //!
 //! # What the kernel is told
 //!
@@ -32,17 +34,28 @@
 //!   filter is not added.
 //! - re-arm: `EV_ENABLE | EV_DISPATCH` for each filter in the interest (`EV_ADD` for a
 //!   filter never added), `EV_DISABLE | EV_DISPATCH` for an enabled filter outside it.
-//!   `EV_DISPATCH` stays on every change, or a re-arm could fire twice.
+//!   `EV_DISPATCH` stays on every change, or a re-arm could fire twice. On libkqueue
+//!   the `EV_ENABLE` record also has `EV_ADD | EV_CLEAR` (`sys::ENABLE_EXTRA`), the
+//!   only record that makes it store `udata` on an existing knote.
 //! - disarm: `EV_DISABLE | EV_DISPATCH` for each enabled filter.
-//! - deregister: `EV_DELETE` for each added filter; ENOENT and EBADF mean the
-//!   descriptor was closed and the kernel already dropped its knotes.
-//! - `udata` is `pack_usize(slot, incarnation)` (see `token.rs`), the same on every
-//!   change of one registration: kernels differ on whether `EV_ENABLE` rewrites it,
-//!   so the arming generation lives in the poller's table and an event is current
-//!   exactly when the table says armed.
+//! - deregister: `EV_DELETE` for each added filter, submitted before `deregister`
+//!   returns, with the descriptor's queued records ahead of them, once no `kevent`
+//!   call carries a record of it (`queue.rs`, "Ownership"); ENOENT and EBADF mean
+//!   the descriptor was closed and the kernel already dropped its knotes. A
+//!   registration superseded by a new one of the same number sends its deletes
+//!   with the new one's first command on the number.
+//! - `udata` is `pack_usize(slot, generation)` of the command (see `token.rs`)
+//!   where the kernel stores `udata` on every change to a knote (FreeBSD,
+//!   DragonFly, XNU; libkqueue with the record above), so an event tells its
+//!   arming, as on epoll (`Driver::TAG_IS_GENERATION`). NetBSD and OpenBSD store
+//!   it only with `EV_ADD`, and a 32-bit `udata` has no room for the generation:
+//!   there `udata` is `pack_usize(slot, incarnation)`, fixed at `EV_ADD`, the
+//!   arming generation lives in the poller's table, and an event is current
+//!   exactly when the table says armed (`sys::UDATA_IS_GENERATION`).
 //! - one delivery disarms the whole registration (parity with `EPOLLONESHOT`): the
 //!   kernel disabled the filter that fired; [`Driver::delivered`](crate::backend::Driver::delivered) disables the other
-//!   one, a change that rides on the next `kevent` call.
+//!   one, a change that rides on the next `kevent` call (routed under the lock that
+//!   read the registration's view, so a deregistration leaves none behind).
 //!
 //! # Change batching
 //!
@@ -95,7 +108,8 @@ pub(crate) mod changes;
 mod backend;
 #[cfg(pollshot_kqueue)]
 mod command;
-#[cfg(pollshot_kqueue)]
+// Pure bookkeeping, compiled everywhere so that loom can check it on any host.
+#[allow(dead_code)]
 mod queue;
 #[cfg(pollshot_kqueue)]
 mod sys;
@@ -107,3 +121,5 @@ pub use self::backend::Kqueue;
 mod changes_tests;
 #[cfg(test)]
 mod parity_tests;
+#[cfg(all(test, loom))]
+mod queue_loom;

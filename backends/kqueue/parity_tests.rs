@@ -1,8 +1,9 @@
 //! Parity: random operation sequences on a few registrations, run through the
 //! kernel model with epoll semantics (its own translation, as
-//! `backends/epoll.rs`) and with kqueue semantics driven by this translator;
-//! after every wait both deliver to the same registrations, and every
-//! registration ends in the same phase.
+//! `backends/epoll.rs`) and with each kqueue semantics driven by this translator
+//! (`udata` carrying the arming generation where every change stores it, the
+//! incarnation where only `EV_ADD` does); after every wait both deliver to the
+//! same registrations, and every registration ends in the same phase.
 
 use super::changes::{self, Command, Filters, Knotes, Plan};
 use crate::backend::RawEvent;
@@ -15,9 +16,20 @@ use crate::token::{incarnation_in_usize, pack_usize};
 struct Kq<'a> {
     model: &'a mut Model,
     fd: model::Fd,
-    udata: usize,
+    slot: u32,
+    incarnation: u32,
     knotes: &'a mut Knotes,
     origin: Origin,
+}
+
+/// The `udata` the backend sends for an arming of `generation` (as
+/// `command.rs`'s `udata`).
+fn udata_for(sem: Semantics, slot: u32, incarnation: u32, generation: u32) -> usize {
+    if sem.tag_is_generation() {
+        pack_usize(slot, generation)
+    } else {
+        pack_usize(slot, incarnation)
+    }
 }
 
 impl Kq<'_> {
@@ -49,9 +61,15 @@ impl Kq<'_> {
         out
     }
 
-    fn run(&mut self, command: Command) -> Result<(), KernelError> {
+    fn run(&mut self, command: Command, generation: u32) -> Result<(), KernelError> {
         use changes::Action::*;
-        let plan = changes::translate(command, self.fd, self.udata, *self.knotes);
+        let udata = udata_for(
+            self.model.semantics(),
+            self.slot,
+            self.incarnation,
+            generation,
+        );
+        let plan = changes::translate(command, self.fd, udata, *self.knotes);
         let answers = self.submit(plan);
         let lost = answers
             .iter()
@@ -70,7 +88,7 @@ impl Kq<'_> {
         }
         match command {
             Command::Add(i) | Command::Modify(i) if lost => {
-                let plan = changes::readd(self.fd, self.udata, i);
+                let plan = changes::readd(self.fd, udata, i);
                 self.submit(plan);
                 Ok(())
             }
@@ -86,17 +104,17 @@ impl Kq<'_> {
 }
 
 impl Kernel for Kq<'_> {
-    fn add(&mut self, i: Interest, _: u32) -> Result<(), KernelError> {
-        self.run(Command::Add(i))
+    fn add(&mut self, i: Interest, g: u32) -> Result<(), KernelError> {
+        self.run(Command::Add(i), g)
     }
-    fn modify(&mut self, i: Interest, _: u32) -> Result<(), KernelError> {
-        self.run(Command::Modify(i))
+    fn modify(&mut self, i: Interest, g: u32) -> Result<(), KernelError> {
+        self.run(Command::Modify(i), g)
     }
-    fn quiet(&mut self, _: u32) -> Result<(), KernelError> {
-        self.run(Command::Quiet)
+    fn quiet(&mut self, g: u32) -> Result<(), KernelError> {
+        self.run(Command::Quiet, g)
     }
     fn delete(&mut self) -> Result<(), KernelError> {
-        self.run(Command::Delete)
+        self.run(Command::Delete, 0)
     }
 }
 
@@ -156,11 +174,12 @@ impl Side {
             owner: r as u64,
             arming: 1,
         };
-        if self.model.semantics() == Semantics::Kqueue {
+        if self.model.semantics().is_kqueue() {
             let mut k = Kq {
                 model: &mut self.model,
                 fd: reg.fd,
-                udata: pack_usize(reg.slot, reg.incarnation),
+                slot: reg.slot,
+                incarnation: reg.incarnation,
                 knotes: &mut reg.knotes,
                 origin,
             };
@@ -207,7 +226,8 @@ impl Side {
     /// One wait, accepted as the poller does.
     fn wait(&mut self) -> Vec<usize> {
         let events = self.model.wait(64);
-        let kq = self.model.semantics() == Semantics::Kqueue;
+        let sem = self.model.semantics();
+        let kq = sem.is_kqueue();
         let mut delivered = Vec::new();
         for reg in &mut self.regs {
             reg.fired = Filters::NONE;
@@ -217,7 +237,14 @@ impl Side {
             let r = slot as usize;
             let reg = &mut self.regs[r];
             let tag = if kq {
-                if stamp != incarnation_in_usize(reg.incarnation) {
+                // The stamp of the arming in force (`View::stamp`): the
+                // generation, or the incarnation.
+                let current = if sem.tag_is_generation() {
+                    reg.state.generation()
+                } else {
+                    incarnation_in_usize(reg.incarnation)
+                };
+                if stamp != current {
                     continue;
                 }
                 if let Some(f) = ev.filter {
@@ -226,7 +253,7 @@ impl Side {
                         model::Filter::Write => changes::Filter::Write,
                     });
                 }
-                None
+                sem.tag_is_generation().then_some(stamp)
             } else {
                 Some(stamp)
             };
@@ -237,12 +264,14 @@ impl Side {
         if kq {
             for &r in &delivered {
                 let reg = &mut self.regs[r];
-                let udata = pack_usize(reg.slot, reg.incarnation);
+                let g = reg.state.generation();
+                let udata = udata_for(sem, reg.slot, reg.incarnation, g);
                 let plan = changes::after_delivery(reg.fd, udata, reg.knotes, reg.fired);
                 let mut k = Kq {
                     model: &mut self.model,
                     fd: reg.fd,
-                    udata,
+                    slot: reg.slot,
+                    incarnation: reg.incarnation,
                     knotes: &mut reg.knotes,
                     origin: Origin {
                         owner: r as u64,
@@ -310,12 +339,18 @@ fn op(rng: &mut Rng) -> Op {
 
 #[test]
 fn epoll_and_kqueue_translations_deliver_alike() {
+    for kq in [Semantics::Kqueue, Semantics::KqueueFixedUdata] {
+        deliver_alike(kq);
+    }
+}
+
+fn deliver_alike(kq: Semantics) {
     let mut waits = 0;
     let mut deliveries = 0;
     for seed in 1..=400u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut epoll = Side::new(Semantics::Epoll);
-        let mut kqueue = Side::new(Semantics::Kqueue);
+        let mut kqueue = Side::new(kq);
         let mut ops = Vec::new();
         for _ in 0..80 {
             let o = op(&mut rng);

@@ -2,7 +2,7 @@
 //! libkqueue on Linux (neither libc nor rustix declares kqueue there). Everything
 //! that differs between kqueue implementations is in this module.
 
-use super::changes::{self, Change, Filter};
+use super::changes::{self, Action, Change, Filter};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -84,6 +84,18 @@ cfg_if::cfg_if! {
         /// the backend re-submits carried changes with receipts after an empty
         /// wait.
         pub(super) const WAIT_RETURNS_CHANGE_ERRORS: bool = false;
+
+        /// Flags added to every `EV_ENABLE` record. libkqueue (2.7.0) stores a
+        /// record's `udata` only after its filter's modify step succeeded
+        /// (`kevent_copyin_one`), which a bare `EV_ENABLE` never reaches and
+        /// which, for a socket or pipe knote, accepts only a record with
+        /// `EV_CLEAR` (`evfilt_read_knote_modify`, `evfilt_write_knote_modify`).
+        /// With `EV_ADD | EV_CLEAR` on an existing knote it enables the knote,
+        /// then runs that step, which stores `udata` and leaves the knote's
+        /// flags alone (the knote stays level-triggered: `EV_CLEAR` counts only
+        /// when a knote is created, and an `Enable` is only sent for a knote the
+        /// backend added).
+        pub(super) const ENABLE_EXTRA: u16 = changes::EV_ADD | changes::EV_CLEAR;
     } else {
         use libc::{kevent, EVFILT_READ, EVFILT_WRITE};
         #[cfg(not(any(target_os = "openbsd", target_os = "netbsd")))]
@@ -115,8 +127,26 @@ cfg_if::cfg_if! {
         /// BSD kernels answer a refused change in a waiting call with an
         /// `EV_ERROR` entry and return at once without waiting.
         pub(super) const WAIT_RETURNS_CHANGE_ERRORS: bool = true;
+
+        /// Flags added to every `EV_ENABLE` record: none. FreeBSD, DragonFly
+        /// and XNU store `udata` on any change to an existing knote
+        /// (`kqueue_register`, `kevent_register`).
+        pub(super) const ENABLE_EXTRA: u16 = 0;
     }
 }
+
+/// Whether `udata` carries the arming generation (`Driver::TAG_IS_GENERATION`),
+/// so that an event read before a re-arm is told from one of the re-arm. It
+/// needs a kernel that stores `udata` when a record re-enables a knote (FreeBSD,
+/// DragonFly and XNU on any change; libkqueue with [`ENABLE_EXTRA`]) and 32 bits
+/// for the generation in `udata` (64-bit targets). NetBSD and OpenBSD store
+/// `udata` only on `EV_ADD` (`kqueue_register`), and a 32-bit `udata` has 12
+/// bits left after the slot: there `udata` carries the slot's incarnation,
+/// fixed at `EV_ADD`, and an event is current while the table says armed.
+pub(super) const UDATA_IS_GENERATION: bool = cfg!(all(
+    target_pointer_width = "64",
+    not(any(target_os = "netbsd", target_os = "openbsd"))
+));
 
 /// Whether the waker is an `EVFILT_USER` knote (else a pipe). OpenBSD and NetBSD
 /// gained `EVFILT_USER` recently (NetBSD 10), so they use the pipe.
@@ -145,9 +175,15 @@ fn make(ident: usize, filter: Filter, flags: u16, udata: usize) -> KEvent {
     k
 }
 
-/// The kevent for a change record, with `extra` flags (`EV_RECEIPT`).
+/// The kevent for a change record, with `extra` flags (`EV_RECEIPT`), and
+/// [`ENABLE_EXTRA`] on an `EV_ENABLE`.
 pub(super) fn record(c: &Change, extra: u16) -> KEvent {
-    make(c.fd as usize, c.filter, c.flags() | extra, c.udata)
+    let enable = if c.action == Action::Enable {
+        ENABLE_EXTRA
+    } else {
+        0
+    };
+    make(c.fd as usize, c.filter, c.flags() | extra | enable, c.udata)
 }
 
 /// The pipe waker's registration: its read end, level-triggered.

@@ -7,8 +7,10 @@
 //!
 //! Checked for every command, on the change records it sent
 //! (`Model::take_changes`):
-//! - every record names the number and carries the registration's `udata` and
-//!   `EV_RECEIPT`; exactly one of `EV_ADD`, `EV_ENABLE`, `EV_DISABLE`,
+//! - every record names the number and carries the registration's `udata` (slot
+//!   and the command's generation, or slot and incarnation where only `EV_ADD`
+//!   stores `udata`; a delete's `udata` is not looked at) and `EV_RECEIPT`;
+//!   exactly one of `EV_ADD`, `EV_ENABLE`, `EV_DISABLE`,
 //!   `EV_DELETE`; `EV_DISPATCH` on every add, enable and disable; `EV_DELETE`
 //!   alone; never `EV_ONESHOT` or `EV_CLEAR`;
 //! - `EV_ADD` only for an add or a modify, `EV_DELETE` only for a delete, the
@@ -19,11 +21,13 @@
 //!   number succeeds (ENOENT is repaired by a re-add);
 //! - the knotes afterwards: add and modify(i) leave exactly the filters of i
 //!   enabled, with `EV_DISPATCH`; quiet leaves none enabled; delete none present;
-//! - every knote carries the `udata` of its number's registration.
+//! - every knote carries the `udata` of its number's registration (its slot, and
+//!   a generation it was given, or its incarnation).
 //!
 //! A wait reports exactly the enabled knotes whose filter is ready, disables each
-//! (`EV_DISPATCH`) and decodes to its `udata`'s slot and incarnation. The delivery
-//! hook sends only disables.
+//! (`EV_DISPATCH`) and decodes to its `udata`'s slot and stamp. The delivery hook
+//! sends only disables. Every run is made on both kqueue semantics
+//! (`Semantics::Kqueue`, `Semantics::KqueueFixedUdata`).
 
 use arbitrary::Arbitrary;
 use pollshot::model::{
@@ -70,6 +74,9 @@ pub enum KqOp {
 struct Reg {
     slot: u32,
     incarnation: u32,
+    /// The generation of its last command (bumped by each, as the state
+    /// machine does).
+    generation: u32,
 }
 
 fn check_records(
@@ -81,7 +88,10 @@ fn check_records(
 ) {
     use kq::*;
     for c in sent {
-        assert_eq!((c.ident, c.udata), (fd, udata), "{command:?}: {c:?}");
+        assert_eq!(c.ident, fd, "{command:?}: {c:?}");
+        if c.flags & EV_DELETE == 0 {
+            assert_eq!(c.udata, udata, "{command:?}: {c:?}");
+        }
         assert!(
             c.flags & EV_RECEIPT != 0,
             "{command:?}: no EV_RECEIPT in {c:?}"
@@ -115,9 +125,15 @@ fn check_records(
     }
 }
 
-/// Runs the steps. Panics on the first broken rule.
+/// Runs the steps on both kqueue semantics. Panics on the first broken rule.
 pub fn run(ops: &[KqOp]) {
-    let mut m = Model::new(Semantics::Kqueue);
+    for sem in [Semantics::Kqueue, Semantics::KqueueFixedUdata] {
+        run_on(sem, ops);
+    }
+}
+
+fn run_on(sem: Semantics, ops: &[KqOp]) {
+    let mut m = Model::new(sem);
     let mut regs: BTreeMap<Fd, Reg> = BTreeMap::new();
     let mut incarnations = 0u32;
     fn reg_of(fd: Fd, regs: &mut BTreeMap<Fd, Reg>, incarnations: &mut u32) -> Reg {
@@ -127,6 +143,7 @@ pub fn run(ops: &[KqOp]) {
             Reg {
                 slot: n,
                 incarnation: *incarnations,
+                generation: 0,
             }
         })
     }
@@ -184,7 +201,7 @@ pub fn run(ops: &[KqOp]) {
                     assert_eq!(ev.filter, Some(key.1));
                     assert_eq!(
                         before[key].udata,
-                        m.tag_for(ev.raw.slot, ev.raw.stamp, 0),
+                        m.tag_for(ev.raw.slot, ev.raw.stamp, ev.raw.stamp),
                         "{ev:?} from {key:?}"
                     );
                 }
@@ -227,15 +244,17 @@ pub fn run(ops: &[KqOp]) {
             }
             KqOp::Command { fd, cmd, interest } => {
                 let Some(fd) = pick(fd) else { continue };
-                let r = reg_of(fd, &mut regs, &mut incarnations);
-                let i = super::interest(interest);
+                let mut r = reg_of(fd, &mut regs, &mut incarnations);
+                r.generation = r.generation.wrapping_add(1);
+                regs.insert(fd, r);
+                let (i, g) = (super::interest(interest), r.generation);
                 let command = match cmd % 4 {
-                    0 => Command::Add(i, 0),
-                    1 => Command::Modify(i, 0),
-                    2 => Command::Quiet(0),
+                    0 => Command::Add(i, g),
+                    1 => Command::Modify(i, g),
+                    2 => Command::Quiet(g),
                     _ => Command::Delete,
                 };
-                let udata = m.tag_for(r.slot, r.incarnation, 0);
+                let udata = m.tag_for(r.slot, r.incarnation, g);
                 let pollable = m.description(fd).is_some_and(|d| m.is_pollable(d));
                 let mut k = m.kernel(fd, r.slot, r.incarnation, origin);
                 let result = match command {
@@ -309,10 +328,14 @@ pub fn run(ops: &[KqOp]) {
                 .get(&fd)
                 .copied()
                 .expect("a knote on a number never registered");
-            assert_eq!(
-                k.udata,
-                m.tag_for(r.slot, r.incarnation, 0),
-                "knote ({fd}, {f:?}) carries another registration's udata"
+            let ok = if sem.tag_is_generation() {
+                (0..=r.generation).any(|g| k.udata == m.tag_for(r.slot, r.incarnation, g))
+            } else {
+                k.udata == m.tag_for(r.slot, r.incarnation, 0)
+            };
+            assert!(
+                ok,
+                "knote ({fd}, {f:?}) carries another registration's udata: {k:?}, {r:?}"
             );
         }
     }

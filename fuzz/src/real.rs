@@ -557,6 +557,17 @@ impl<B: Backend> Harness<B> {
             // reports -EBADF (a request still queued), where poll(2) reports
             // POLLNVAL. Those registrations are compared by the checks above only.
             let tainted = |o: &usize| owners[*o].tainted;
+            // One the model delivered (POLLNVAL) and the poller did not is idle in
+            // the model and still armed in the poller: every later command on it
+            // differs (a disarm quiets on one side only). The run ends, as it
+            // does for one the poller delivered (`deliver_once`).
+            if sim
+                .iter()
+                .any(|(o, _)| tainted(o) && real.iter().all(|(r, _)| r != o))
+            {
+                self.diverged = true;
+                return;
+            }
             real.retain(|e| !tainted(&e.0));
             sim.retain(|e| !tainted(&e.0));
             // The readiness is the kernel's when the request completed (data
@@ -630,6 +641,32 @@ impl<B: Backend> Harness<B> {
         self.diverged
     }
 
+    /// io_uring: a re-arm or disarm of a registration whose number was closed
+    /// and then reused before its queued request was submitted (the `deliver`
+    /// between returned a notify or completions already posted without entering
+    /// the kernel, so no -EBADF came back) replaces or removes that request, and
+    /// a new one watches the new descriptor (as documented), where the model's
+    /// poll set dropped the entry for POLLNVAL and answers ENOENT (an arm repairs
+    /// it with an add; a disarm leaves it to the next arm's add). Both answer Ok;
+    /// their commands differ from here on, so the two cannot be mirrored: the run
+    /// ends (`diverged`). Where the request was submitted and answered -EBADF, an
+    /// arm takes the model's fallback too, and the run goes on.
+    fn repaired_unseen(&mut self, tainted: bool, real_ok: bool, sim: Result<(), Failure>) -> bool {
+        #[cfg(feature = "stats")]
+        let same_repair = self.poller.stats().since(&self.last).not_found_to_add > 0;
+        #[cfg(not(feature = "stats"))]
+        let same_repair = false;
+        let dropped = self
+            .sim
+            .commands
+            .iter()
+            .any(|c| c.error == Some(pollshot::model::Errno::NoEnt));
+        if self.uring && tainted && real_ok && sim.is_ok() && dropped && !same_repair {
+            self.diverged = true;
+        }
+        self.diverged
+    }
+
     fn step(&mut self, op: RealOp) {
         match op {
             RealOp::Open { kind } => self.open(kind),
@@ -655,9 +692,12 @@ impl<B: Backend> Harness<B> {
             RealOp::Arm { reg, interest } => {
                 let Some(o) = self.pick_reg(reg) else { return };
                 let i: Interest = super::interest(interest);
+                let tainted = self.sim.owners()[o].tainted;
                 let real = self.poller.arm(self.tokens[o], i);
                 let sim = self.sim.arm(o, i);
-                if self.parted(o, real.is_ok(), sim) {
+                if self.parted(o, real.is_ok(), sim)
+                    || self.repaired_unseen(tainted, real.is_ok(), sim)
+                {
                     return;
                 }
                 self.same("arm", real, sim);
@@ -667,9 +707,12 @@ impl<B: Backend> Harness<B> {
             }
             RealOp::Disarm { reg } => {
                 let Some(o) = self.pick_reg(reg) else { return };
+                let tainted = self.sim.owners()[o].tainted;
                 let real = self.poller.disarm(self.tokens[o]);
                 let sim = self.sim.disarm(o);
-                if self.parted(o, real.is_ok(), sim) {
+                if self.parted(o, real.is_ok(), sim)
+                    || self.repaired_unseen(tainted, real.is_ok(), sim)
+                {
                     return;
                 }
                 self.same("disarm", real, sim);

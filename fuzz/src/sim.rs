@@ -23,7 +23,8 @@
 //!   one, or two when the kernel's answer forced a fallback; a disarm one; a
 //!   deregistration one exactly when the kernel holds the descriptor.
 //!
-//! Parity ([`run_parity`]): the same operations run on epoll, kqueue and poll
+//! Parity ([`run_parity`]): the same operations run on epoll, both kqueue
+//! semantics (`udata` carrying the generation, or fixed at `EV_ADD`) and poll
 //! semantics must deliver the same armings at the same operations, and give the
 //! same results, for every registration that was not left behind by a close
 //! (tainted) or raced on kqueue (see [`Owner::raced`]).
@@ -205,8 +206,9 @@ pub struct Owner {
     /// that kqueue dropped with the number).
     pub ever_tainted: bool,
     /// kqueue only: it was delivered by an event of an earlier arming that was in
-    /// a thread's hands across a disarm and re-arm (udata cannot tell armings
-    /// apart), or its two filters fired to two threads. Parity skips it.
+    /// a thread's hands across a disarm and re-arm (with `udata` fixed at
+    /// `EV_ADD`, which cannot tell armings apart), or its two filters fired to
+    /// two threads. Parity skips it.
     pub raced: bool,
     /// The arming in force: interest and number.
     pub spec: Option<(Interest, u64)>,
@@ -941,7 +943,7 @@ impl Sim {
     /// Checks (b) and (c) for a delivery to `owner` completing an arming for
     /// `interest`; returns the arming.
     fn check_delivery(&mut self, owner: usize, f: &Flight, interest: Interest) -> u64 {
-        let kqueue = self.sem() == Semantics::Kqueue;
+        let fixed_udata = self.sem() == Semantics::KqueueFixedUdata;
         let o = &mut self.owners[owner];
         let Some((armed_for, arming)) = o.spec else {
             panic!("(b) delivered {f:?} to registration {owner}, which is not armed");
@@ -960,11 +962,13 @@ impl Sim {
             f.ev.origin.owner
         );
         if f.ev.origin.arming != arming {
-            // kqueue keeps no generation in udata: an event of an earlier arming of
-            // the same registration, in a thread's hands across a disarm and a
-            // re-arm, completes the new arming. Anything else is a bug.
+            // A kqueue whose udata is fixed at EV_ADD keeps no generation in it:
+            // an event of an earlier arming of the same registration, in a
+            // thread's hands across a disarm and a re-arm, completes the new
+            // arming. Anything else is a bug (on every other semantics the
+            // generation in the tag drops such an event).
             assert!(
-                kqueue && f.ev.origin.arming != 0 && f.ev.origin.arming < arming,
+                fixed_udata && f.ev.origin.arming != 0 && f.ev.origin.arming < arming,
                 "(b) delivered an event of arming {} for arming {arming} of registration {owner}",
                 f.ev.origin.arming
             );
@@ -1055,7 +1059,19 @@ impl Sim {
             };
             let flying: Vec<&Flight> = self.in_flight().filter(current).collect();
             let view = self.model.view(entry.fd, slot as u32);
+            let flying_bits = flying.iter().fold(0u8, |b, f| {
+                b | match f.ev.filter {
+                    Some(pollshot::model::Filter::Read) => 1,
+                    Some(pollshot::model::Filter::Write) => 2,
+                    None => 0,
+                }
+            });
+            // kqueue with the generation in udata: each knote's own state.
+            let knote = |f: pollshot::model::Filter| self.model.knotes().get(&(entry.fd, f));
             let ok = match phase {
+                Phase::Fresh if sem == Semantics::Kqueue => pollshot::model::Filter::BOTH
+                    .iter()
+                    .all(|&f| !knote(f).is_some_and(|k| k.enabled && k.udata == tag)),
                 Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
                 // kqueue (`backends/kqueue/backend.rs`, `delivered`): when a disarm and
                 // re-arm came between the read of an event and its acceptance, the
@@ -1064,17 +1080,27 @@ impl Sim {
                 // command decided"): the table says idle, the kernel armed, until
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
-                Phase::Idle if sem == Semantics::Kqueue && o.raced => view.present,
+                Phase::Idle if sem == Semantics::KqueueFixedUdata && o.raced => view.present,
                 Phase::Idle => view.present && view.armed.is_none(),
+                // Every filter of the interest carries this arming's udata and
+                // is enabled, or fired (an event of it in a thread's hands); no
+                // other filter is enabled.
                 Phase::Armed(i) if sem == Semantics::Kqueue => {
                     let enabled = view.armed.map_or(0, Interest::bits);
-                    let flying_bits = flying.iter().fold(0u8, |b, f| {
-                        b | match f.ev.filter {
-                            Some(pollshot::model::Filter::Read) => 1,
-                            Some(pollshot::model::Filter::Write) => 2,
-                            None => 0,
-                        }
+                    let each = pollshot::model::Filter::BOTH.iter().all(|&f| {
+                        let bit = match f {
+                            pollshot::model::Filter::Read => 1,
+                            pollshot::model::Filter::Write => 2,
+                        };
+                        !f.in_interest(i)
+                            || knote(f).is_some_and(|k| {
+                                k.udata == tag && (k.enabled || flying_bits & bit != 0)
+                            })
                     });
+                    each && enabled & !i.bits() == 0
+                }
+                Phase::Armed(i) if sem == Semantics::KqueueFixedUdata => {
+                    let enabled = view.armed.map_or(0, Interest::bits);
                     view.present
                         && view.tag == Some(tag)
                         && enabled & !i.bits() == 0
@@ -1200,12 +1226,18 @@ impl Sim {
     }
 }
 
-/// Runs `ops` on epoll, kqueue and poll semantics, each registration starting at
-/// generation `start`, checking every invariant, then parity: each registration
-/// neither tainted nor raced in any run has the same history in all three.
-pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 3] {
-    let mut sims =
-        [Semantics::Epoll, Semantics::Kqueue, Semantics::Poll].map(|s| Sim::new(s, start, policy));
+/// Runs `ops` on epoll, both kqueue and poll semantics, each registration
+/// starting at generation `start`, checking every invariant, then parity: each
+/// registration neither tainted nor raced in any run has the same history in all
+/// four.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 4] {
+    let mut sims = [
+        Semantics::Epoll,
+        Semantics::Kqueue,
+        Semantics::KqueueFixedUdata,
+        Semantics::Poll,
+    ]
+    .map(|s| Sim::new(s, start, policy));
     for op in ops {
         for s in sims.iter_mut() {
             s.apply(op);

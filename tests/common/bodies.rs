@@ -727,9 +727,15 @@ pub fn errno_reused_by_dev_null_is_always_ready_not_an_error<B: Backend>() {
             "one MOD answered EPERM, then always ready: {s:?}"
         );
     }
+    // libkqueue keeps the closed socket's knote (a BSD kernel drops it at close,
+    // see docs/design.md): the re-arm that rides on the next wait meets that stale
+    // knote and its refusal comes back with each arm's event, as an error flag:
+    // still one event per arm, never a loop.
+    let stale_knote = cfg!(pollshot_libkqueue) && B::NAME == "kqueue";
     for round in 0..2 {
         let ev = expect_one(&p, t);
-        assert!(ev.is_readable() && !ev.is_error(), "round {round}: {ev:?}");
+        assert!(ev.is_readable(), "round {round}: {ev:?}");
+        assert!(!ev.is_error() || stale_knote, "round {round}: {ev:?}");
         assert_no_events(&p, 2, Duration::from_millis(2));
         p.arm(t, Interest::READABLE).unwrap();
     }

@@ -116,6 +116,10 @@ macro_rules! suite {
             wake_stale_only_deliver_none_returns_only_for_a_notify,
             #[cfg(feature = "stats")]
             wake_dup_outliving_close_stale_events_keep_waiting,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_dup_held_no_spin,
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_forked_child_no_spin,
             wake_signal_is_interrupted_never_an_early_ok,
             #[cfg(feature = "stats")]
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
@@ -309,6 +313,22 @@ pub fn assert_ctl<B: Backend>(s: &pollshot::Stats) {
 pub fn set_nonblocking(fd: impl AsFd) {
     let flags = rustix::fs::fcntl_getfl(&fd).expect("F_GETFL");
     rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK).expect("F_SETFL");
+}
+
+/// Whether `B` is the kqueue backend on libkqueue (`--cfg pollshot_libkqueue`).
+///
+/// There a registered number closed without a deregistration while a dup (or a
+/// child) keeps its description open leaves an epoll entry inside libkqueue that
+/// no kevent change can remove, and the first change that reaches its knote
+/// through the closed or reused number (its `EV_DELETE`, or the disable after
+/// its report) frees the state that entry points at: once that description is
+/// ready, each `kevent` reads freed memory (seen as a crash in
+/// `linux_kevent_copyout`, or `kevent` failing with errno 0 from its "bad udata"
+/// branch) and returns at once (README, libkqueue). The cases of that kind stop
+/// on libkqueue before the orphaned description can be ready, after asserting
+/// what led there.
+pub fn on_libkqueue<B: Backend>() -> bool {
+    cfg!(pollshot_libkqueue) && B::NAME == "kqueue"
 }
 
 /// A connected Unix stream socketpair, both ends non-blocking.
