@@ -24,8 +24,21 @@
 //! for those of 2 or 3 threads (every interleaving of those threads with up to 3
 //! preemptions), 2 for the 4-thread one with a spurious wake-up, 1 for the
 //! 4-thread one with 3 waiters (it also passes at 2: 872,899 interleavings, over
-//! two minutes here). Every bug seeded by hand (see the CHANGELOG and the
-//! issue's notes) fails within these bounds.
+//! two minutes here). Each of these bugs, seeded by hand, fails within these
+//! bounds (a deadlock, or an assertion):
+//!
+//! - notify coalescing whenever a notify is pending, whatever the waiters;
+//! - notify comparing a `pending` it read before the waiters' count (two atomics:
+//!   what the protocol was before, with 2 and 3 waiters);
+//! - a waiter counted once per wait instead of once per `deliver`;
+//! - a waiter reading the synthetic flag before counting itself;
+//! - a `deliver` that leaves synthetic events queued without waking the next
+//!   waiter;
+//! - a new registration starting its generations at 0 (the slot's earlier
+//!   registration's event then completes the new arming);
+//! - a lookup that takes the slot's registration without comparing the token;
+//! - a slot unlock that does not wake the threads sleeping on it, or that
+//!   releases with `Relaxed` (an update made under the lock is lost).
 
 mod kernel;
 mod model;
