@@ -28,6 +28,7 @@
 //!   poll again.
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::deadline::Deadline;
 use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::pipe;
@@ -39,7 +40,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One registration in the set.
 #[derive(Clone, Copy, Debug)]
@@ -257,8 +258,8 @@ impl Driver for Blocking {
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut remaining = timeout;
+        let deadline = Deadline::new(timeout);
+        let mut remaining = deadline.left();
         loop {
             // A snapshot of the armed set in scan order (from the cursor, wrapping),
             // (slot, generation) beside each pollfd, and this waiter listed with its
@@ -363,18 +364,8 @@ impl Driver for Blocking {
             }
             // Woken only to see a changed set, or every report was taken by another
             // waiter: poll again for the time left.
-            remaining = match deadline {
-                None if timeout.is_some() => Some(Duration::MAX), // overflowed: huge
-                None => None,
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(false);
-                    }
-                    Some(d - now)
-                }
-            };
-            if timeout == Some(Duration::ZERO) {
+            remaining = deadline.left();
+            if remaining == Some(Duration::ZERO) {
                 return Ok(false);
             }
             if left_for_others {
@@ -393,12 +384,9 @@ impl Driver for Blocking {
                         break;
                     }
                 }
-                if let Some(d) = deadline {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(false);
-                    }
-                    remaining = Some(d - now);
+                remaining = deadline.left();
+                if remaining == Some(Duration::ZERO) {
+                    return Ok(false);
                 }
             }
         }

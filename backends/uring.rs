@@ -142,7 +142,7 @@ use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
 const WAKER: u64 = pack64(u32::MAX, 0);
@@ -1053,7 +1053,7 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let deadline = Deadline::new(timeout);
         self.note_submitter();
         let mut g = self.lock();
         let mut polls = 0u8;
@@ -1063,11 +1063,7 @@ impl Ring {
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
             }
-            let remaining = match (timeout, deadline) {
-                (None, _) => None,
-                (Some(_), None) => Some(Duration::MAX),
-                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
-            };
+            let remaining = deadline.left();
             if remaining == Some(Duration::ZERO) {
                 // SAFETY: under the mutex: the only submission queue handle; it only
                 // reads the queue's length.

@@ -8,11 +8,12 @@
 //!
 //! [`MULTIPLEXES_ONESHOT`]: crate::MULTIPLEXES_ONESHOT
 
+use crate::deadline::Deadline;
 use crate::interest::Interest;
 use rustix::event::{PollFd, PollFlags};
 use std::io;
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Performs `op` on `fd` (non-blocking), waiting with poll(2) for `interest` each
 /// time it fails with `ErrorKind::WouldBlock`, until it succeeds, fails otherwise,
@@ -56,7 +57,7 @@ where
     F: AsFd,
     Op: FnMut() -> io::Result<T>,
 {
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let deadline = Deadline::new(timeout);
     let mut flags = PollFlags::empty();
     if interest.is_readable() {
         flags |= PollFlags::IN;
@@ -70,20 +71,18 @@ where
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             done => return done,
         }
-        let left = match (timeout, deadline) {
-            (None, _) => None,
-            (Some(t), _) if t.is_zero() => return Err(io::ErrorKind::WouldBlock.into()),
-            (Some(_), None) => Some(Duration::from_millis(i32::MAX as u64)),
-            (Some(_), Some(d)) => {
-                let now = Instant::now();
-                if now >= d {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "pollshot io_once: timed out waiting for readiness",
-                    ));
-                }
-                Some((d - now).min(Duration::from_millis(i32::MAX as u64)))
+        let left = match deadline {
+            Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),
+            _ if deadline.passed() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "pollshot io_once: timed out waiting for readiness",
+                ))
             }
+            // poll(2) counts milliseconds in an int: clamp, and the loop goes on.
+            _ => deadline
+                .left()
+                .map(|t| t.min(Duration::from_millis(i32::MAX as u64))),
         };
         let ts = left.map(|t| rustix::event::Timespec {
             tv_sec: t.as_secs() as _,

@@ -54,6 +54,7 @@
 
 mod backend;
 pub mod blocking;
+mod deadline;
 mod error;
 mod event;
 mod fork;

@@ -1,6 +1,7 @@
 //! [`Poller`]: the facade that joins the table, the state machine and a backend.
 
 use crate::backend::{Backend, RawEvent, Tag};
+use crate::deadline::Deadline;
 use crate::error;
 use crate::event::{Event, Events, Readiness};
 use crate::fork;
@@ -16,7 +17,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::PoisonError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
 /// life, and each wait costs one *arm*.
@@ -791,43 +792,6 @@ impl<B: Backend> Poller<B> {
     #[cfg(feature = "stats")]
     pub fn waiters(&self) -> usize {
         self.notifies.waiters()
-    }
-}
-
-/// A `deliver` call's deadline, taken once on entry.
-#[derive(Clone, Copy, Debug)]
-enum Deadline {
-    /// Block until an event or a notify.
-    Never,
-    /// Never block.
-    Now,
-    /// Wait until this instant.
-    At(Instant),
-    /// Too far to represent as an `Instant`: wait this long, again and again.
-    Far(Duration),
-}
-
-impl Deadline {
-    fn new(timeout: Option<Duration>) -> Deadline {
-        match timeout {
-            None => Deadline::Never,
-            Some(t) if t.is_zero() => Deadline::Now,
-            Some(t) => match Instant::now().checked_add(t) {
-                Some(at) => Deadline::At(at),
-                None => Deadline::Far(t),
-            },
-        }
-    }
-
-    /// The timeout for the next wait: the time left (zero once passed).
-    #[inline]
-    fn left(&self) -> Option<Duration> {
-        match *self {
-            Deadline::Never => None,
-            Deadline::Now => Some(Duration::ZERO),
-            Deadline::At(at) => Some(at.saturating_duration_since(Instant::now())),
-            Deadline::Far(t) => Some(t),
-        }
     }
 }
 

@@ -10,6 +10,7 @@ use super::command::udata;
 use super::queue::{sync::MutexGuard, Outbox, Queue, Record, Shared, NO_RECORD};
 use super::sys::{self, KEvent, Kind};
 use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::deadline::Deadline;
 use crate::error::classify;
 use crate::event::Readiness;
 use crate::interest::Interest;
@@ -21,7 +22,7 @@ use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Kernel events read per wait (a stack buffer: a wait never allocates).
 const BATCH: usize = 256;
@@ -320,8 +321,8 @@ impl Driver for Kqueue {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut remaining = timeout;
+        let deadline = Deadline::new(timeout);
+        let mut remaining = deadline.left();
         loop {
             // Enter: take the queue (it rides on this call) and count as a waiter.
             // A record whose descriptor is in another thread's call stays queued
@@ -462,17 +463,10 @@ impl Driver for Kqueue {
             }
             // Woken for queued changes, or only answers to changes came back:
             // wait again for the time left.
-            remaining = match deadline {
-                None if timeout.is_some() => Some(Duration::MAX),
-                None => None,
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(false);
-                    }
-                    Some(d - now)
-                }
-            };
+            remaining = deadline.left();
+            if remaining == Some(Duration::ZERO) {
+                return Ok(false);
+            }
         }
     }
 
