@@ -97,7 +97,8 @@
 //! The submission and completion queues are each used under one mutex, held only
 //! for pushes and reaps, never across `io_uring_enter`. One waiter at a time, the
 //! *leader*, blocks in `io_uring_enter` (submitting what is queued and waiting for
-//! one completion); the others wait on a condition variable. A waiter first takes
+//! one completion); the others wait on a futex word (futex(2)) for a hand-over.
+//! A waiter first takes
 //! what the completion queue already holds (no system call); the leader, when it
 //! returns, leaves the completions it has no room for in the queue and wakes one
 //! follower, which takes them or becomes the next leader. Each completion is taken
@@ -105,9 +106,16 @@
 //! The price at T=2: an arm made while the other thread leads costs one
 //! `io_uring_enter`, and a wake-up of a follower is a futex wake.
 //!
+//! Signals: `deliver` says `Interrupted` (EINTR) for a signal that ends a wait,
+//! in the leader as in a follower. A follower's futex wait ends with EINTR, which a
+//! condition variable's would have hidden. The leader's enter gives back EINTR
+//! only if it submitted nothing. An enter that submitted answers with its count,
+//! so the leader counts the completions posted across the enter. None posted, no
+//! wake-up taken and time left means a signal.
+//!
 //! That price is large, and it is the kernel's: a poll request completes through
 //! task work run by the thread that submitted it. When that thread is a follower
-//! asleep on the condition variable, or busy in its caller, the kernel must wake
+//! asleep on the futex, or busy in its caller, the kernel must wake
 //! or interrupt it to post the completion. Only then is the leader woken, and it
 //! hands leadership over with one more wake-up. That is about two context switches
 //! per round trip; epoll's waiters make 0.26. Measured at P=1 T=2 on two cores
@@ -122,7 +130,7 @@
 //!
 //! The binary waker the poller counts notifies on (`src/wake.rs`): a flag the next
 //! wait to look takes. With no waiter blocked it costs no system call; with a
-//! follower waiting, a condition-variable wake; with only the leader blocked in the
+//! follower waiting, a futex wake; with only the leader blocked in the
 //! kernel, one eventfd write, which completes the eventfd's multishot
 //! `IORING_OP_POLL_ADD` (one completion per write, never read back). A wait that was
 //! not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
@@ -164,8 +172,8 @@ use std::cell::RefCell;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
@@ -186,7 +194,7 @@ const EPOLL_BATCH: usize = 32;
 /// Submission queue entries; the completion queue has twice as many.
 const ENTRIES: u32 = 256;
 
-/// The longest single condition-variable wait (the loop around it goes on).
+/// The longest single futex wait of a follower (the loop around it goes on).
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// The pending poll request of one slot.
@@ -253,8 +261,11 @@ struct Shared {
     leader: bool,
     /// The leader has been sent an eventfd write it has not yet returned for.
     kicked: bool,
-    /// Threads waiting on the condition variable.
+    /// Threads waiting for a hand-over (on the `handoff` futex).
     followers: usize,
+    /// Completions taken from the queue so far (with the queue's length: how many
+    /// the kernel has posted, to tell a signal from a completion).
+    reaped: u64,
     /// A wake-up no wait has taken yet (the binary waker: later ones merge).
     woken: bool,
     /// Slots whose current arming the private epoll instance watches.
@@ -274,6 +285,7 @@ impl Shared {
             leader: false,
             kicked: false,
             followers: 0,
+            reaped: 0,
             woken: false,
             epoll_armed: 0,
             epoll_poll: 0,
@@ -308,8 +320,14 @@ struct Ring {
     /// only closes the child's copy of its descriptor.
     abandoned: AtomicBool,
     shared: Mutex<Shared>,
-    /// Followers wait here for the leader's hand-over or a wake-up.
-    handoff: Condvar,
+    /// Followers wait on this word (futex(2)) for the leader's hand-over or a
+    /// wake-up: bumped, under the mutex, by each. A futex wait, unlike a condition
+    /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
+    /// a thread blocked in the kernel does.
+    handoff: AtomicU32,
+    /// The fork count (`crate::fork`) when the ring was made: a thread exiting in
+    /// a forked child must not touch the parent's ring (see [`Submitters`]).
+    forks: u64,
     waker: OwnedFd,
     /// The private epoll instance for write-only armings of half-closed sockets,
     /// made at its first use.
@@ -358,7 +376,11 @@ impl Drop for Submitters {
     fn drop(&mut self) {
         for ring in self.0.get_mut().drain(..) {
             if let Some(ring) = ring.upgrade() {
-                ring.requeue_all();
+                // In a forked child the ring's memory is not mapped (MADV_DONTFORK)
+                // and its requests are the parent's: nothing to do.
+                if ring.forks == crate::fork::count() {
+                    ring.requeue_all();
+                }
             }
         }
     }
@@ -490,7 +512,8 @@ impl Ring {
             ring: ManuallyDrop::new(ring),
             abandoned: AtomicBool::new(false),
             shared: Mutex::new(Shared::new()),
-            handoff: Condvar::new(),
+            handoff: AtomicU32::new(0),
+            forks: crate::fork::install(),
             waker,
             epoll: OnceLock::new(),
             skip_success,
@@ -872,6 +895,7 @@ impl Ring {
                 let mut cq = unsafe { self.ring.completion_shared() };
                 while out.len() < max && rearm.is_none() {
                     let Some(cqe) = cq.next() else { break };
+                    g.reaped += 1;
                     rearm = self.complete(g, &cqe, out, max);
                 }
                 if !cq.is_empty() {
@@ -1026,8 +1050,10 @@ impl Ring {
     }
 
     /// One `io_uring_enter` that submits what is queued and waits for a completion
-    /// for at most `timeout` (`None`: no limit). Timing out is `Ok`.
-    fn enter(&self, timeout: Option<Duration>) -> io::Result<()> {
+    /// for at most `timeout` (`None`: no limit). Timing out is `Ok`. Returns how
+    /// many entries it submitted: the kernel answers that count, not EINTR, when a
+    /// signal ends the wait of an enter that submitted something.
+    fn enter(&self, timeout: Option<Duration>) -> io::Result<usize> {
         self.counters.one(Count::Wait);
         let submitter = self.ring.submitter();
         let r = match timeout {
@@ -1041,10 +1067,10 @@ impl Ring {
             }
         };
         match r {
-            Ok(_) => Ok(()),
+            Ok(submitted) => Ok(submitted),
             // ETIME: timed out. EBUSY: completions wait in the overflow list; the
             // reap that follows flushes them.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(0),
             Err(e) => Err(e),
         }
     }
@@ -1106,16 +1132,22 @@ impl Ring {
             }
             if g.leader {
                 g.followers += 1;
-                let t = remaining.map_or(HOUR, |t| t.min(HOUR));
-                let (guard, _) = self
-                    .handoff
-                    .wait_timeout(g, t)
-                    .unwrap_or_else(PoisonError::into_inner);
-                g = guard;
+                let seen = self.handoff.load(Ordering::Relaxed);
+                drop(g);
+                let r = self.follow(seen, remaining);
+                g = self.lock();
                 g.followers -= 1;
+                if let Err(e) = r {
+                    if !g.leader && g.followers > 0 {
+                        // A hand-over may have been meant for this thread: pass it on.
+                        self.hand_over(&g);
+                    }
+                    return Err(e);
+                }
                 continue;
             }
             g.leader = true;
+            let posted = g.reaped + self.queued_completions(&g);
             drop(g);
             let r = self.enter(remaining);
             polls += 1;
@@ -1124,17 +1156,63 @@ impl Ring {
             g.kicked = false;
             if g.followers > 0 {
                 // One of them leads next, or takes what this one has no room for.
-                self.handoff.notify_one();
+                self.hand_over(&g);
             }
-            r?;
+            if r? > 0
+                && g.reaped + self.queued_completions(&g) == posted
+                && !g.woken
+                && !deadline.passed()
+            {
+                // It submitted, nothing was posted, and time is left: a signal
+                // ended the wait (the kernel answered the count, not EINTR).
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
         }
+    }
+
+    /// A follower's wait for a hand-over: until the `handoff` word moves on from
+    /// `seen`, for at most `timeout`. A signal is `Err(Interrupted)`; a timeout,
+    /// a hand-over and a spurious wake-up are `Ok` (the caller looks again).
+    fn follow(&self, seen: u32, timeout: Option<Duration>) -> io::Result<()> {
+        let ts = timeout.map(|t| {
+            let t = t.min(HOUR);
+            rustix::thread::futex::Timespec {
+                tv_sec: t.as_secs() as _,
+                tv_nsec: t.subsec_nanos() as _,
+            }
+        });
+        match rustix::thread::futex::wait(
+            &self.handoff,
+            rustix::thread::futex::Flags::PRIVATE,
+            seen,
+            ts.as_ref(),
+        ) {
+            Err(Errno::INTR) => Err(io::Error::from_raw_os_error(libc::EINTR)),
+            // Woken, EAGAIN (moved on before the wait began), ETIMEDOUT.
+            _ => Ok(()),
+        }
+    }
+
+    /// Wakes one follower (under the mutex, so a follower between reading the
+    /// word and waiting on it sees the word move and does not block).
+    fn hand_over(&self, _held: &MutexGuard<'_, Shared>) {
+        self.handoff.fetch_add(1, Ordering::Relaxed);
+        let _ =
+            rustix::thread::futex::wake(&self.handoff, rustix::thread::futex::Flags::PRIVATE, 1);
+    }
+
+    /// Completions in the queue, not yet taken (under the mutex).
+    fn queued_completions(&self, _held: &MutexGuard<'_, Shared>) -> u64 {
+        // SAFETY: under the mutex: the only completion queue handle; it only reads
+        // the queue's length.
+        unsafe { self.ring.completion_shared() }.len() as u64
     }
 
     /// Returns from a wait: hands what is left (completions, notifies) to a
     /// follower, and submits what the reap queued if a leader is in the kernel.
     fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
         if left && g.followers > 0 {
-            self.handoff.notify_one();
+            self.hand_over(&g);
         }
         // SAFETY: under the mutex: the only submission queue handle; it only reads
         // the queue's length.
@@ -1157,7 +1235,7 @@ impl Ring {
             }
             g.woken = true;
             if g.followers > 0 {
-                self.handoff.notify_one();
+                self.hand_over(&g);
                 false
             } else if g.leader && !g.kicked {
                 g.kicked = true;

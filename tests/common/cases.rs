@@ -383,16 +383,7 @@ pub fn case_p06_fork_child_reinit_parent_untouched<B: Backend>() {
         // SAFETY: _exit(2) ends the child at once; nothing of the parent's is touched.
         unsafe { libc::_exit(code) };
     }
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid(2) on our own child with a valid status pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        let e = io::Error::last_os_error();
-        assert_eq!(e.kind(), io::ErrorKind::Interrupted, "waitpid: {e}");
-    }
+    let status = wait_child(pid);
     assert!(
         libc::WIFEXITED(status),
         "the child did not exit normally (status {status:#x})"
@@ -409,6 +400,46 @@ pub fn case_p06_fork_child_reinit_parent_untouched<B: Backend>() {
     p.reinit_after_fork().unwrap(); // a no-op in the process that made it
     p.arm(armed, Interest::READABLE).unwrap();
     assert!(expect_one(&p, armed).is_readable());
+}
+
+/// P06, the child that leaves: a child forked from a thread that used the poller
+/// (on io_uring, one that submitted to the ring) exits normally with `exit(3)`,
+/// which runs that thread's thread-local destructors, without touching the
+/// poller. It must exit 0 (io_uring's exiting-thread hook once touched the
+/// parent's ring there, unmapped in the child: SIGSEGV), and the parent's arming
+/// still fires once. 20 trials.
+pub fn case_p06_fork_child_exit_leaves_the_poller_alone<B: Backend>() {
+    for trial in 0..super::wakeups::TRIALS {
+        let p = poller::<B>();
+        let (mut a, b) = socketpair();
+        let t = p.register(&b).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        let mut events = Events::with_capacity(4);
+        // A wait from this thread (io_uring: it submits the arm).
+        assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+        // SAFETY: fork(2) from a multi-threaded test process; the child touches
+        // nothing of the poller and leaves with exit(3) (the point of the test).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: exit(3) runs atexit handlers and this thread's TLS
+            // destructors, as a child that returns from its work would.
+            unsafe { libc::exit(0) };
+        }
+        let status = wait_child(pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "trial {trial}: the child did not exit 0 (status {status:#x}, signal {})",
+            if libc::WIFSIGNALED(status) {
+                libc::WTERMSIG(status)
+            } else {
+                0
+            }
+        );
+        a.write_all(b"p").unwrap();
+        assert!(expect_one(&p, t).is_readable(), "trial {trial}");
+        assert_no_events(&p, 2, Duration::from_millis(2));
+    }
 }
 
 /// P07: another component closed a registered descriptor (number free) while it

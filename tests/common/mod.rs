@@ -87,6 +87,7 @@ macro_rules! suite {
             case_p04_same_number_registered_twice_supersedes,
             case_p05_reused_number_rearm_becomes_add,
             case_p06_fork_child_reinit_parent_untouched,
+            case_p06_fork_child_exit_leaves_the_poller_alone,
             case_p07_closed_fd_arm_disarm_deregister,
             case_p07_reused_number_arm_and_deregister,
             case_p08_regular_file_dev_null_stdin_always_ready,
@@ -121,6 +122,8 @@ macro_rules! suite {
             #[cfg(feature = "stats")]
             wake_deregister_close_reuse_forked_child_no_spin,
             wake_signal_is_interrupted_never_an_early_ok,
+            #[cfg(target_os = "linux")]
+            wake_one_signal_ends_each_of_2_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
             #[cfg(feature = "stats")]
@@ -148,6 +151,21 @@ macro_rules! suite {
             }
         )*
     };
+}
+
+/// Waits for child `pid` to end (retrying on EINTR) and returns its waitpid(2)
+/// status.
+pub fn wait_child(pid: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid(2) on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return status;
+        }
+        let e = io::Error::last_os_error();
+        assert_eq!(e.kind(), io::ErrorKind::Interrupted, "waitpid: {e}");
+    }
 }
 
 /// How long an event that should arrive at once may take before it counts as

@@ -288,16 +288,7 @@ impl Kept {
             Kept::Dup(fd) => drop(fd),
             Kept::Child { pid, go } => {
                 drop(go); // EOF: the child exits
-                let mut status = 0;
-                loop {
-                    // SAFETY: waitpid(2) on our own child with a valid status pointer.
-                    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-                    if r == pid {
-                        break;
-                    }
-                    let e = io::Error::last_os_error();
-                    assert_eq!(e.kind(), io::ErrorKind::Interrupted, "waitpid: {e}");
-                }
+                let status = wait_child(pid);
                 assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
             }
         }
@@ -326,15 +317,7 @@ extern "C" fn on_alarm(_: libc::c_int) {}
 /// at least 200 ms; never a bare `Ok(0)` before its deadline.
 pub fn wake_signal_is_interrupted_never_an_early_ok<B: Backend>() {
     const T: Duration = Duration::from_millis(200);
-    // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C" fn(c_int)`
-    // that does nothing (async-signal-safe), installed without SA_RESTART.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
-        sa.sa_flags = 0;
-        libc::sigemptyset(&mut sa.sa_mask);
-        assert_eq!(libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()), 0);
-    }
+    install_sigalrm();
     let p = Arc::new(poller::<B>());
     let (_a, b) = socketpair();
     let t = p.register(&b).unwrap();
@@ -391,6 +374,89 @@ pub fn wake_signal_is_interrupted_never_an_early_ok<B: Backend>() {
     done_tx.send(()).unwrap();
     let (interrupted, timed_out) = waiter.join().unwrap();
     assert!(interrupted >= 20 && timed_out >= 1);
+}
+
+/// Installs [`on_alarm`] for SIGALRM without `SA_RESTART`.
+fn install_sigalrm() {
+    // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C" fn(c_int)`
+    // that does nothing (async-signal-safe), installed without SA_RESTART.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
+        sa.sa_flags = 0;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Waits until thread `tid` of this process sleeps in the kernel (state `S` in
+/// `/proc/self/task/TID/stat`): blocked in a system call, so that a signal now
+/// interrupts that call rather than arriving before it. Panics after
+/// [`HANG_AFTER`].
+fn until_asleep(tid: libc::pid_t) {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(&path).unwrap();
+        // The state follows the command name's closing parenthesis.
+        let state = stat[stat.rfind(')').unwrap() + 1..]
+            .trim_start()
+            .chars()
+            .next();
+        if state == Some('S') {
+            return;
+        }
+        assert!(start.elapsed() < HANG_AFTER, "thread {tid} never blocked");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Issue 8.2, one signal each: two threads blocked in `deliver(10 s)` on one
+/// poller whose only registration was armed before either began (on io_uring the
+/// first wait's enter submits that arm, and the second thread waits for a
+/// hand-over in user space). SIGALRM (no `SA_RESTART`) is sent once to the
+/// second, then, once that one has returned, once to the first: each `deliver`
+/// says `Interrupted` (EINTR). An enter that submitted answers a signal with its
+/// count rather than EINTR, and a condition-variable wait ignores signals: either
+/// made a thread sleep out its 10 s. 20 trials.
+#[cfg(target_os = "linux")]
+pub fn wake_one_signal_ends_each_of_2_blocked_delivers<B: Backend>() {
+    install_sigalrm();
+    for trial in 0..TRIALS {
+        let p = Arc::new(poller::<B>());
+        let (_a, b) = socketpair();
+        let t = p.register(&b).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        let mut waiters = Vec::new();
+        for _ in 0..2 {
+            let (tx, rx) = mpsc::channel();
+            let p = Arc::clone(&p);
+            let h = thread::spawn(move || {
+                // SAFETY: pthread_self(3) and gettid(2) have no preconditions.
+                tx.send(unsafe { (libc::pthread_self(), libc::gettid()) })
+                    .unwrap();
+                let mut events = Events::with_capacity(4);
+                let r = p.deliver(&mut events, Some(Duration::from_secs(10)));
+                r.map(|n| (n, events.is_notified()))
+            });
+            let (pthread, tid) = rx.recv().unwrap();
+            until_asleep(tid);
+            waiters.push((h, pthread, tid));
+        }
+        // The second first (on io_uring the follower), then the first.
+        for (h, pthread, tid) in waiters.into_iter().rev() {
+            until_asleep(tid);
+            // SAFETY: the thread is alive (it has not been joined) and SIGALRM has
+            // a handler.
+            assert_eq!(unsafe { libc::pthread_kill(pthread, libc::SIGALRM) }, 0);
+            match h.join().unwrap() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    assert_eq!(e.raw_os_error(), Some(libc::EINTR), "{e}")
+                }
+                other => panic!("trial {trial}: a signalled deliver returned {other:?}"),
+            }
+        }
+    }
 }
 
 /// Issue 8.3: four threads blocked in `deliver(300 ms)` on one poller with an idle
