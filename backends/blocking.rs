@@ -1,31 +1,6 @@
 //! The blocking backend: the oneshot contract kept in user space over poll(2).
 //!
-//! Chosen at compile time on Unix targets with neither epoll nor kqueue, forced
-//! elsewhere by `--cfg pollshot_force_blocking`, and always nameable as
-//! `pollshot::backends::Blocking`.
-//!
-//! - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
-//!   made while threads are blocked in poll(2) wakes them (one pipe write) so that
-//!   they poll the new set; a quiet or delete needs no wake (what it removes is
-//!   checked again before anything is delivered). The set has a version, bumped by
-//!   each arm, and the pipe is drained only once no blocked waiter polls a set older
-//!   than the current one: a waiter that returns early cannot take the wake-up
-//!   meant for another one still polling without the new arm.
-//! - a wait polls every armed descriptor and the waker pipe; each reported
-//!   descriptor that is still armed with the same generation is disarmed in the set
-//!   and delivered, so one arming gives one delivery even with several waiters.
-//! - fairness: the set is ordered by slot, and each wait's scan starts right after
-//!   the last registration the previous wait delivered (wrapping), so with `N`
-//!   registrations ready and room for `c` per deliver, every one of them is served
-//!   within `ceil(N / c)` delivers.
-//! - descriptors poll(2) cannot watch do not exist here: regular files are always
-//!   ready. A closed number (`POLLNVAL`) is dropped from the set and reported
-//!   nothing, as epoll drops a closed descriptor: the registration's next re-arm
-//!   finds it gone (ENOENT), re-adds it, and the first-arm check answers EBADF.
-//! - the waker is the pipe: a [`Driver::wake`] sets a flag and writes a byte; every
-//!   waiter polling wakes (poll(2) has no exclusive wake-up), and the first to take
-//!   the flag is the one woken; the others find their set changed or nothing, and
-//!   poll again.
+//! The documentation is on [`Blocking`], where rustdoc shows it.
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::deadline::Deadline;
@@ -73,7 +48,34 @@ impl Set {
     }
 }
 
-/// The poll(2) backend. See the module docs.
+/// The blocking backend: the oneshot contract kept in user space over poll(2).
+///
+/// Chosen at compile time on Unix targets with neither epoll nor kqueue, forced
+/// elsewhere by `--cfg pollshot_force_blocking`, and always nameable as
+/// `pollshot::backends::Blocking`.
+///
+/// - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
+///   made while threads are blocked in poll(2) wakes them (one pipe write) so that
+///   they poll the new set; a quiet or delete needs no wake (what it removes is
+///   checked again before anything is delivered). The set has a version, bumped by
+///   each arm, and the pipe is drained only once no blocked waiter polls a set older
+///   than the current one: a waiter that returns early cannot take the wake-up
+///   meant for another one still polling without the new arm.
+/// - a wait polls every armed descriptor and the waker pipe; each reported
+///   descriptor that is still armed with the same generation is disarmed in the set
+///   and delivered, so one arming gives one delivery even with several waiters.
+/// - fairness: the set is ordered by slot, and each wait's scan starts right after
+///   the last registration the previous wait delivered (wrapping), so with `N`
+///   registrations ready and room for `c` per deliver, every one of them is served
+///   within `ceil(N / c)` delivers.
+/// - descriptors poll(2) cannot watch do not exist here: regular files are always
+///   ready. A closed number (`POLLNVAL`) is dropped from the set and reported
+///   nothing, as epoll drops a closed descriptor: the registration's next re-arm
+///   finds it gone (ENOENT), re-adds it, and the first-arm check answers EBADF.
+/// - the waker is the pipe: a `Driver::wake` sets a flag and writes a byte; every
+///   waiter polling wakes (poll(2) has no exclusive wake-up), and the first to take
+///   the flag is the one woken; the others find their set changed or nothing, and
+///   poll again.
 #[derive(Debug)]
 pub struct Blocking {
     set: Mutex<Set>,

@@ -1,27 +1,6 @@
 //! The epoll backend (Linux, Android): `EPOLLONESHOT` on every arm.
 //!
-//! Every epoll call the crate makes is in this file (epoll_ctl(2), epoll_wait(2),
-//! eventfd(2)).
-//!
-//! - add: `EPOLL_CTL_ADD` with the interest, `EPOLLONESHOT` and (readable)
-//!   `EPOLLRDHUP`; `data.u64` = slot | generation << 32.
-//! - re-arm: `EPOLL_CTL_MOD`, the same flags and a new generation.
-//! - quiet: `EPOLL_CTL_MOD` to `EPOLLONESHOT` alone. The kernel always adds
-//!   `EPOLLERR | EPOLLHUP` to a registration; without oneshot a quieted socket whose
-//!   peer hangs up would be reported on every wait forever (checked on this
-//!   kernel: 10 of 10 waits). With oneshot it fires at most once, and its stale
-//!   generation drops it.
-//! - delete: `EPOLL_CTL_DEL`, only at deregistration.
-//! - EPERM (regular files, `/dev/null`) is `NotPollable`: the registration is
-//!   reported always ready and never added.
-//! - the waker is an eventfd registered edge-triggered (`EPOLLET`) under the reserved
-//!   tag `u64::MAX`. Each write is one edge, reported to one `epoll_wait` caller (the
-//!   kernel queues blocked waiters exclusively), and never re-reported: a
-//!   level-triggered waker on an epoll set shared by several threads is reported to
-//!   a second waiter before the first drains it (one notify, two early returns). The
-//!   counter is never read: an edge needs no drain, so a wake-up costs one write and
-//!   a wait that was not woken costs nothing extra. The counter would saturate only
-//!   after 2^64 - 2 writes; a write that finds it full (EAGAIN) resets it first.
+//! The documentation is on [`Epoll`], where rustdoc shows it.
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::error::classify;
@@ -44,7 +23,30 @@ const WAKER: u64 = u64::MAX;
 /// Kernel events read per wait: a stack buffer, so a wait never allocates.
 const BATCH: usize = 256;
 
-/// The epoll backend. See the module docs for the commands it issues.
+/// The epoll backend (Linux, Android): `EPOLLONESHOT` on every arm.
+///
+/// Every epoll call the crate makes is in `backends/epoll.rs` (epoll_ctl(2), epoll_wait(2),
+/// eventfd(2)).
+///
+/// - add: `EPOLL_CTL_ADD` with the interest, `EPOLLONESHOT` and (readable)
+///   `EPOLLRDHUP`; `data.u64` = slot | generation << 32.
+/// - re-arm: `EPOLL_CTL_MOD`, the same flags and a new generation.
+/// - quiet: `EPOLL_CTL_MOD` to `EPOLLONESHOT` alone. The kernel always adds
+///   `EPOLLERR | EPOLLHUP` to a registration; without oneshot a quieted socket whose
+///   peer hangs up would be reported on every wait forever (checked on this
+///   kernel: 10 of 10 waits). With oneshot it fires at most once, and its stale
+///   generation drops it.
+/// - delete: `EPOLL_CTL_DEL`, only at deregistration.
+/// - EPERM (regular files, `/dev/null`) is `NotPollable`: the registration is
+///   reported always ready and never added.
+/// - the waker is an eventfd registered edge-triggered (`EPOLLET`) under the reserved
+///   tag `u64::MAX`. Each write is one edge, reported to one `epoll_wait` caller (the
+///   kernel queues blocked waiters exclusively), and never re-reported: a
+///   level-triggered waker on an epoll set shared by several threads is reported to
+///   a second waiter before the first drains it (one notify, two early returns). The
+///   counter is never read: an edge needs no drain, so a wake-up costs one write and
+///   a wait that was not woken costs nothing extra. The counter would saturate only
+///   after 2^64 - 2 writes; a write that finds it full (EAGAIN) resets it first.
 #[derive(Debug)]
 pub struct Epoll {
     epoll: OwnedFd,

@@ -49,6 +49,7 @@
 //!   installed libkqueue (for testing it without a BSD kernel).
 
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![cfg(unix)]
 
@@ -64,6 +65,7 @@ mod interest;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(feature = "model")]
+#[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod model;
 #[cfg(all(test, not(feature = "model")))]
 #[allow(dead_code)]
@@ -71,6 +73,7 @@ mod model;
 mod pipe;
 mod poller;
 #[cfg(feature = "model")]
+#[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod state;
 #[cfg(not(feature = "model"))]
 mod state;
@@ -103,6 +106,9 @@ mod uring_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
+/// `Epoll` is there on Linux and Android, `Kqueue` on the BSDs and Apple targets,
+/// `Uring` on Linux with the cargo feature `io-uring`, and `Blocking` (poll(2))
+/// everywhere.
 pub mod backends {
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -110,6 +116,7 @@ pub mod backends {
     #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
     #[cfg(all(feature = "io-uring", target_os = "linux"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "io-uring", target_os = "linux"))))]
     pub use crate::uring_backend::Uring;
 }
 

@@ -786,6 +786,7 @@ impl<B: Backend> Poller<B> {
 
     /// A snapshot of the system call counters (cargo feature `stats`).
     #[cfg(feature = "stats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "stats")))]
     pub fn stats(&self) -> crate::stats::Stats {
         self.backend.counters().snapshot()
     }
@@ -796,6 +797,7 @@ impl<B: Backend> Poller<B> {
     /// thread is counted from just before it looks for events until its `deliver`
     /// returns, blocked in the kernel or about to be.
     #[cfg(feature = "stats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "stats")))]
     pub fn waiters(&self) -> usize {
         self.notifies.waiters()
     }

@@ -38,7 +38,10 @@ enum Waker {
     Pipe { read: OwnedFd, write: OwnedFd },
 }
 
-/// The kqueue backend. See the module docs for the commands it issues.
+/// The kqueue backend (FreeBSD, DragonFly, NetBSD, OpenBSD, Apple targets):
+/// `EV_DISPATCH` on every arm, the changes riding on the next kevent(2) call, and a
+/// deregister that has taken effect in the kernel when it returns. The commands it
+/// issues and how the kernels differ are documented in `backends/kqueue/mod.rs`.
 pub struct Kqueue {
     /// `ManuallyDrop`: in a forked child the number is not ours to close.
     kq: ManuallyDrop<OwnedFd>,
