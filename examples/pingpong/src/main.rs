@@ -133,7 +133,7 @@ fn describe(r: &Report) -> String {
         "{:<9} {} round trips in {secs:.3} s: {:.0} round trips/s\n\
          {pad}system calls per round trip {total:.2} = read {:.2} + write {:.2}{ctl} + \
          {} {:.2} + {} {:.2}\n\
-         {pad}{}: {}",
+         {pad}{}: {}; reads that found nothing (spurious wake-ups) {}",
         r.backend,
         r.round_trips,
         rt / secs.max(1e-9),
@@ -144,7 +144,8 @@ fn describe(r: &Report) -> String {
         w.waker,
         per(s.wakes + s.wake_reads),
         w.commands,
-        ops.join(", ")
+        ops.join(", "),
+        r.empty_reads
     )
 }
 

@@ -31,6 +31,9 @@ pub struct Report {
     pub reads: u64,
     /// See `reads`.
     pub writes: u64,
+    /// Reads that found nothing (`WouldBlock`): a delivery that was not real
+    /// readiness, a spurious wake-up. 0 on epoll and io_uring.
+    pub empty_reads: u64,
     /// The poller's counters over the run.
     pub stats: Stats,
 }
@@ -71,6 +74,7 @@ struct Counts {
     round_trips: u64,
     reads: u64,
     writes: u64,
+    empty_reads: u64,
 }
 
 /// The message for round trip `n` of pair `pair`: recognisable bytes to check.
@@ -100,9 +104,9 @@ impl<B: Backend> Shared<B> {
                 ))
             }
             Ok(n) => st.have += n,
-            // Nothing there after all (cannot happen with oneshot, but harmless):
-            // arm again.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // Nothing there after all: a spurious wake-up (libkqueue can hand one
+            // readiness to two waiters). Counted, and armed again.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => counts.empty_reads += 1,
             Err(e) => return Err(e),
         }
         if st.have == MSG {
@@ -243,6 +247,7 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
         total.round_trips += c.round_trips;
         total.reads += c.reads;
         total.writes += c.writes;
+        total.empty_reads += c.empty_reads;
     }
     let elapsed = start.elapsed();
     let stats = shared.poller.stats().since(&before);
@@ -269,6 +274,34 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
         elapsed,
         reads: total.reads,
         writes: total.writes,
+        empty_reads: total.empty_reads,
         stats,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run;
+    use pollshot::backends::Blocking;
+
+    /// A short real run on each backend that keeps its delivery exact: every round
+    /// trip completes, each side reads and writes once per round trip, and no
+    /// delivery finds its socket empty (a spurious wake-up).
+    fn exact<B: pollshot::Backend>() {
+        let r = run::<B>(8, 2, 4000).unwrap();
+        assert_eq!(r.round_trips, 4000);
+        assert_eq!((r.reads, r.writes), (8000, 8000), "{}", r.backend);
+        assert_eq!(r.empty_reads, 0, "{}: spurious wake-ups", r.backend);
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn epoll_run_is_exact() {
+        exact::<pollshot::backends::Epoll>();
+    }
+
+    #[test]
+    fn blocking_run_is_exact() {
+        exact::<Blocking>();
+    }
 }
