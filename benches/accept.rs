@@ -138,9 +138,10 @@ fn via_pollshot<B: Backend>(threads: usize, clients: usize, millis: u64) -> io::
                 let mut n = 0u64;
                 start.wait();
                 while !stop.load(Ordering::Acquire) {
-                    poller
-                        .deliver(&mut events, None)
-                        .expect("accept bench: deliver");
+                    match poller.deliver(&mut events, None) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        r => r.expect("accept bench: deliver"),
+                    };
                     if events.is_empty() {
                         continue;
                     }

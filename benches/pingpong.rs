@@ -293,7 +293,11 @@ impl<B: Backend> Mux for Pollshot<B> {
     }
     #[inline]
     fn wait(&self, buf: &mut Events, ready: &mut Vec<usize>) -> io::Result<()> {
-        self.poller.deliver(buf, None)?;
+        match self.poller.deliver(buf, None) {
+            // Interrupted: the caller's loop waits again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            r => r?,
+        };
         ready.extend(buf.iter().map(|e| self.by_slot[e.token().index()]));
         Ok(())
     }

@@ -145,7 +145,11 @@ impl<B: pollshot::Backend> Reactor for PollshotReactor<B> {
         keys: &mut Vec<usize>,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        self.0.deliver(events, timeout)?;
+        match self.0.deliver(events, timeout) {
+            // A signal ended the wait: the caller's loop waits again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            r => r?,
+        };
         keys.extend(events.iter().map(|e| e.token().to_u64() as usize));
         Ok(())
     }

@@ -145,7 +145,12 @@ impl<B: Backend> Shared<B> {
         let mut counts = Counts::default();
         let mut events = Events::with_capacity(64);
         while !self.finished.load(Ordering::Acquire) {
-            self.poller.deliver(&mut events, None)?;
+            match self.poller.deliver(&mut events, None) {
+                // A signal (or, on io_uring, the kernel's task work) ended the
+                // wait: wait again, as every caller of a blocking call should.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r?,
+            };
             for event in &events {
                 self.handle(self.by_slot[event.token().index()], &mut counts)?;
             }
