@@ -247,14 +247,26 @@ impl Shared {
 /// The submission and completion queues are each used under one mutex, held only
 /// for pushes and reaps, never across `io_uring_enter`. One waiter at a time, the
 /// *leader*, blocks in `io_uring_enter` (submitting what is queued and waiting for
-/// one completion); the others wait on a futex word (futex(2)) for a hand-over.
-/// A waiter first takes
-/// what the completion queue already holds (no system call); the leader, when it
-/// returns, leaves the completions it has no room for in the queue and wakes one
-/// follower, which takes them or becomes the next leader. Each completion is taken
+/// one completion); the others wait on a futex word (futex(2)) for a hand-over. A
+/// waiter first takes what the completion queue already holds (no system call); the
+/// leader, when it returns, leaves the completions it has no room for in the queue
+/// and wakes one follower, which takes them or becomes the next leader. Each completion is taken
 /// from the queue by one thread under the mutex, so it reaches exactly one waiter.
 /// The price at T=2: an arm made while the other thread leads costs one
 /// `io_uring_enter`, and a wake-up of a follower is a futex wake.
+///
+/// That price is large, and it is the kernel's: a poll request completes through
+/// task work run by the thread that submitted it. When that thread is a follower
+/// asleep on the futex, or busy in its caller, the kernel must wake
+/// or interrupt it to post the completion. Only then is the leader woken, and it
+/// hands leadership over with one more wake-up. That is about two context switches
+/// per round trip; epoll's waiters make 0.26. Measured at P=1 T=2 on two cores
+/// (`cargo bench --features io-uring --bench pingpong`), this is about 0.1x
+/// epoll's rate, 0.5x at P=8 and 0.8x at P=64. Making every waiter block in
+/// `io_uring_enter` (no leader) was tried and was no better at T=2. At T=4 it was
+/// worse, 0.5x this design at P=8, because the kernel wakes every thread blocked
+/// on a ring for each completion. A poller per thread (`pollshot-uring-sharded`)
+/// has none of this: 1.02-1.16x sharded epoll at T=2 in three runs.
 ///
 /// Signals: `deliver` says `Interrupted` (EINTR) for a signal that ends a wait,
 /// in the leader as in a follower. A follower's futex wait ends with EINTR, which a
@@ -269,19 +281,6 @@ impl Shared {
 /// apart from a real signal. The pingpong bench saw it 30 times in 1.2 million
 /// round trips at T=2: a rare spurious `Interrupted`, which callers retry. The
 /// other choice, waiting on, would have lost real signals.
-///
-/// That price is large, and it is the kernel's: a poll request completes through
-/// task work run by the thread that submitted it. When that thread is a follower
-/// asleep on the futex, or busy in its caller, the kernel must wake
-/// or interrupt it to post the completion. Only then is the leader woken, and it
-/// hands leadership over with one more wake-up. That is about two context switches
-/// per round trip; epoll's waiters make 0.26. Measured at P=1 T=2 on two cores
-/// (`cargo bench --features io-uring --bench pingpong`), this is about 0.1x
-/// epoll's rate, 0.5x at P=8 and 0.8x at P=64. Making every waiter block in
-/// `io_uring_enter` (no leader) was tried and was no better at T=2. At T=4 it was
-/// worse, 0.5x this design at P=8, because the kernel wakes every thread blocked
-/// on a ring for each completion. A poller per thread (`pollshot-uring-sharded`)
-/// has none of this: 1.04-1.16x sharded epoll at T=2.
 ///
 /// # The waker
 ///
