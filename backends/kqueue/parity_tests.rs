@@ -128,6 +128,22 @@ struct Reg {
     fired: Filters,
 }
 
+impl Reg {
+    /// The registration's state, and the kqueue backend's view of it on `model`
+    /// with its changes counted for `origin`.
+    fn kq<'a>(&'a mut self, model: &'a mut Model, origin: Origin) -> (&'a mut RegState, Kq<'a>) {
+        let kq = Kq {
+            model,
+            fd: self.fd,
+            slot: self.slot,
+            incarnation: self.incarnation,
+            knotes: &mut self.knotes,
+            origin,
+        };
+        (&mut self.state, kq)
+    }
+}
+
 /// One side: a model and its registrations (by index).
 struct Side {
     model: Model,
@@ -175,15 +191,8 @@ impl Side {
             arming: 1,
         };
         if self.model.semantics().is_kqueue() {
-            let mut k = Kq {
-                model: &mut self.model,
-                fd: reg.fd,
-                slot: reg.slot,
-                incarnation: reg.incarnation,
-                knotes: &mut reg.knotes,
-                origin,
-            };
-            f(&mut reg.state, &mut k)
+            let (state, mut k) = reg.kq(&mut self.model, origin);
+            f(state, &mut k)
         } else {
             let mut k = self.model.kernel(reg.fd, reg.slot, reg.incarnation, origin);
             f(&mut reg.state, &mut k)
@@ -267,18 +276,11 @@ impl Side {
                 let g = reg.state.generation();
                 let udata = udata_for(sem, reg.slot, reg.incarnation, g);
                 let plan = changes::after_delivery(reg.fd, udata, reg.knotes, reg.fired);
-                let mut k = Kq {
-                    model: &mut self.model,
-                    fd: reg.fd,
-                    slot: reg.slot,
-                    incarnation: reg.incarnation,
-                    knotes: &mut reg.knotes,
-                    origin: Origin {
-                        owner: r as u64,
-                        arming: 0,
-                    },
+                let origin = Origin {
+                    owner: r as u64,
+                    arming: 0,
                 };
-                k.submit(plan);
+                reg.kq(&mut self.model, origin).1.submit(plan);
             }
         }
         delivered.sort_unstable();
