@@ -1210,7 +1210,7 @@ impl Model {
 /// | command | epoll | kqueue (both filters, one change each) | poll |
 /// |---|---|---|---|
 /// | add(i) | `ADD`, `ONESHOT` + i | `EV_ADD \| EV_DISPATCH` per filter in i | insert armed, EBADF if closed |
-/// | modify(i) | `MOD`, `ONESHOT` + i | `EV_ENABLE \| EV_DISPATCH` per filter in i (`EV_ADD` if never added), `EV_DISABLE \| EV_DISPATCH` for one enabled outside i; ENOENT: delete both, add again | re-arm, ENOENT if absent |
+/// | modify(i) | `MOD`, `ONESHOT` + i | `EV_ADD \| EV_ENABLE \| EV_DISPATCH` per filter in i (`EV_ADD \| EV_DISPATCH` if never added), `EV_DISABLE \| EV_DISPATCH` for one enabled outside i; ENOENT: delete both, add again | re-arm, ENOENT if absent |
 /// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
 /// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
 ///
@@ -1306,7 +1306,7 @@ impl RegKernel<'_> {
             match (act, e) {
                 (_, None) | (Delete, Some(Errno::NoEnt | Errno::BadF)) => {}
                 (Enable | Add | Disable, Some(Errno::NoEnt)) => {}
-                (Add, Some(Errno::Inval)) => not_pollable = true,
+                (Add | Enable, Some(Errno::Inval)) => not_pollable = true,
                 (_, Some(Errno::BadF)) => bad_fd = true,
                 (_, Some(e)) => {
                     return Err(KernelError::Other(io::Error::from_raw_os_error(e.raw())))
