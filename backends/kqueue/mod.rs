@@ -45,14 +45,13 @@
 //!   the descriptor was closed and the kernel already dropped its knotes. A
 //!   registration superseded by a new one of the same number sends its deletes
 //!   with the new one's first command on the number.
-//! - `udata` is `pack_usize(slot, generation)` of the command (see `token.rs`)
-//!   where the kernel stores `udata` on every change to a knote (FreeBSD,
-//!   DragonFly, XNU; libkqueue with the record above), so an event tells its
-//!   arming, as on epoll (`Driver::TAG_IS_GENERATION`). NetBSD and OpenBSD store
-//!   it only with `EV_ADD`, and a 32-bit `udata` has no room for the generation:
-//!   there `udata` is `pack_usize(slot, incarnation)`, fixed at `EV_ADD`, the
-//!   arming generation lives in the poller's table, and an event is current
-//!   exactly when the table says armed (`sys::UDATA_IS_GENERATION`).
+//! - `udata` is `pack_usize(slot, generation)` of the command (see `token.rs`) on
+//!   every 64-bit target: every kernel stores the re-arm record's `udata`, so an
+//!   event tells its arming, as on epoll (`Driver::TAG_IS_GENERATION`). A 32-bit
+//!   `udata` has no room for the generation: there `udata` is
+//!   `pack_usize(slot, incarnation)`, fixed at `EV_ADD`, the arming generation
+//!   lives in the poller's table, and an event is current exactly when the table
+//!   says armed (`sys::UDATA_IS_GENERATION`).
 //! - one delivery disarms the whole registration (parity with `EPOLLONESHOT`): the
 //!   kernel disabled the filter that fired; [`Driver::delivered`](crate::backend::Driver::delivered) disables the other
 //!   one, a change that rides on the next `kevent` call (routed under the lock that

@@ -137,16 +137,14 @@ cfg_if::cfg_if! {
 
 /// Whether `udata` carries the arming generation (`Driver::TAG_IS_GENERATION`),
 /// so that an event read before a re-arm is told from one of the re-arm. It
-/// needs a kernel that stores `udata` when a record re-enables a knote (FreeBSD,
-/// DragonFly and XNU on any change; libkqueue with [`ENABLE_EXTRA`]) and 32 bits
-/// for the generation in `udata` (64-bit targets). NetBSD and OpenBSD store
-/// `udata` only on `EV_ADD` (`kqueue_register`), and a 32-bit `udata` has 12
-/// bits left after the slot: there `udata` carries the slot's incarnation,
-/// fixed at `EV_ADD`, and an event is current while the table says armed.
-pub(super) const UDATA_IS_GENERATION: bool = cfg!(all(
-    target_pointer_width = "64",
-    not(any(target_os = "netbsd", target_os = "openbsd"))
-));
+/// needs a kernel that stores `udata` when a record re-arms a knote, which the
+/// re-arm record's `EV_ADD` makes every kernel do (`kqueue_register` on
+/// FreeBSD, NetBSD, OpenBSD and DragonFly, `kevent_register` on XNU; libkqueue
+/// with [`ENABLE_EXTRA`]), and 32 bits for the generation in `udata` (64-bit
+/// targets). A 32-bit `udata` has 12 bits left after the slot: there `udata`
+/// carries the slot's incarnation, fixed at `EV_ADD`, and an event is current
+/// while the table says armed.
+pub(super) const UDATA_IS_GENERATION: bool = cfg!(target_pointer_width = "64");
 
 /// Whether the waker is an `EVFILT_USER` knote (else a pipe). OpenBSD and NetBSD
 /// gained `EVFILT_USER` recently (NetBSD 10), so they use the pipe.
