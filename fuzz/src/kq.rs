@@ -27,8 +27,10 @@
 //!
 //! A wait reports exactly the enabled knotes whose filter is ready, disables each
 //! (`EV_DISPATCH`) and decodes to its `udata`'s slot and stamp. The delivery hook
-//! sends only disables. Every run is made on both kqueue semantics
-//! (`Semantics::Kqueue`, `Semantics::KqueueFixedUdata`).
+//! sends only disables: with the re-arm record no readiness is lost on any
+//! kernel (a knote enabled and ready is always active). Every run is made on
+//! every kqueue semantics (`Semantics::KQUEUES`: FreeBSD and the kernels like it,
+//! OpenBSD 6.4+, NetBSD 8/9, and OpenBSD with a 32-bit target's `udata`).
 
 use arbitrary::Arbitrary;
 use pollshot::model::{
@@ -130,7 +132,7 @@ fn check_records(
 
 /// Runs the steps on both kqueue semantics. Panics on the first broken rule.
 pub fn run(ops: &[KqOp]) {
-    for sem in [Semantics::Kqueue, Semantics::KqueueFixedUdata] {
+    for sem in Semantics::KQUEUES {
         run_on(sem, ops);
     }
 }
@@ -331,7 +333,7 @@ fn run_on(sem: Semantics, ops: &[KqOp]) {
                 .get(&fd)
                 .copied()
                 .expect("a knote on a number never registered");
-            let ok = if sem.tag_is_generation() {
+            let ok = if m.tag_is_generation() {
                 (0..=r.generation).any(|g| k.udata == m.tag_for(r.slot, r.incarnation, g))
             } else {
                 k.udata == m.tag_for(r.slot, r.incarnation, 0)
