@@ -1,17 +1,17 @@
 //! quickcheck properties of the state machine (`src/state.rs`) against the kernel
-//! model (`src/model.rs`), through the simulated poller the `state_machine` fuzz
+//! model (`src/model/`), through the simulated poller the `state_machine` fuzz
 //! target uses (`fuzz/src/sim.rs`).
 //!
 //! Each generated case is a random sequence of operations (register, arm with each
 //! interest, disarm, deregister, kernel waits and acceptances by three simulated
 //! threads, kernel events with a current or a stale tag, waits that fetch only
 //! stale events, readiness changes, close, number reuse, dup, notify, fork), run
-//! on epoll, kqueue and poll semantics. After every
+//! on epoll, every kqueue kernel family and poll semantics. After every
 //! operation the simulator asserts (its panics name the property):
 //! (a) the kernel's state equals the table's; (b) a delivered event belongs to the
 //! registration's current arming; (c) at most one delivery per arming; (d)
 //! readiness that holds while a registration is armed is never lost; (e) no kernel
-//! command where none is needed. At the end the three semantics must have
+//! command where none is needed. At the end all the semantics must have
 //! delivered the same armings at the same operations (parity).
 
 #[path = "../fuzz/src/sim.rs"]

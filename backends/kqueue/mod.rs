@@ -67,7 +67,7 @@
 //! | kernel | `EV_ENABLE`: filter re-run (level re-report) | `EV_ENABLE`: `udata` stored | `EV_ADD` on the knote |
 //! |---|---|---|---|
 //! | FreeBSD 13, 14, main | yes: `kqueue_register` runs `f_event` at `done_ev_add:` | yes | re-run, stored |
-//! | macOS, iOS (XNU) | yes: `kevent_register`, the filter's `f_touch` (`filt_sortouch`, `filt_pipetouch`) | yes | re-run, stored |
+//! | macOS, iOS (XNU) | yes: `kevent_register`, the filter's `f_touch` (`filt_sortouch`, `filt_pipereadtouch`) | yes | re-run, stored |
 //! | DragonFly 4.6+ | yes: `kqueue_register`'s modify branch runs `filter_event` | yes | re-run, stored |
 //! | NetBSD 10, current | yes: `kqueue_register` runs `filter_event` at `done_ev_add:` | yes | re-run, stored |
 //! | NetBSD 8, 9 (kern_event.c 1.88 read) | **no**: `knote_enqueue` queues only a knote still `KN_ACTIVE`, and the dispatch delivery (`kqueue_scan`) cleared that mark | **no** | re-run, stored: `kqueue_register`'s `EV_ADD` branch stores `udata` and runs `f_event`, whose `knote_activate` marks it active |
