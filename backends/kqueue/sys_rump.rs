@@ -89,7 +89,7 @@ pub(crate) const NOT_POLLABLE: &[i32] = &[libc::EINVAL, libc::EOPNOTSUPP, libc::
 /// after `kqueue_register` failed with the event list written).
 pub(crate) const WAIT_RETURNS_CHANGE_ERRORS: bool = true;
 
-/// Flags added to every `EV_ENABLE` record: none, as on NetBSD.
+/// Flags added to every re-arm record: none, as on every BSD kernel.
 pub(crate) const ENABLE_EXTRA: u16 = 0;
 
 // NetBSD's values (`sys/sys/fcntl.h`, `sys/sys/stat.h`).
