@@ -43,6 +43,8 @@ extern "C" {
     fn rump_sys_write(fd: c_int, buf: *const c_void, len: usize) -> isize;
     #[link_name = "rump___sysimpl_close"]
     fn rump_sys_close(fd: c_int) -> c_int;
+    #[link_name = "rump___sysimpl_dup2"]
+    fn rump_sys_dup2(from: c_int, to: c_int) -> c_int;
 }
 
 // NetBSD's values (`sys/sys/fcntl.h`, `sys/sys/socket.h`, `sys/sys/errno.h`).
@@ -359,6 +361,41 @@ fn deregister() {
         p.deregister(t2).unwrap();
     }
     assert!(p.is_empty());
+}
+
+/// A registered number closed without a deregister and reused (dup2(2) puts
+/// another pipe's read end on it: the kernel drops the old file's knotes): the
+/// re-arm's `EV_ADD` registers the new file at once, with no ENOENT to repair,
+/// and the registration reports the new file's data.
+#[test]
+fn rearm_of_a_reused_number_registers_the_new_file() {
+    let p = rump_poller();
+    let (r, w) = pipe();
+    let t = register(&p, &r);
+    p.arm(t, Interest::READABLE).unwrap();
+    write(&w, b"1");
+    assert!(expect_only(&p, t).is_readable());
+    let (r2, w2) = pipe();
+    // SAFETY: both numbers are this test's own; `r` now names r2's file.
+    assert_eq!(
+        unsafe { rump_sys_dup2(r2.0, r.0) },
+        r.0,
+        "dup2: errno {}",
+        errno()
+    );
+    let ((), s) = delta(&p, || {
+        p.arm(t, Interest::READABLE).unwrap();
+        assert_no_events(&p, 1, Duration::from_millis(50));
+    });
+    assert_eq!(
+        s.not_found_to_add, 0,
+        "the kernel took the re-arm as is: {s:?}"
+    );
+    write(&w2, b"2");
+    p.arm(t, Interest::READABLE).unwrap();
+    assert!(expect_only(&p, t).is_readable());
+    assert_eq!(read(&r).as_deref(), Some(&b"2"[..]), "the new file's data");
+    p.deregister(t).unwrap();
 }
 
 /// A notify from another thread ends a deliver blocked in the rump kernel's
