@@ -206,7 +206,7 @@ mod tests {
         assert_eq!(s.on_event(Some(ev[0].raw.stamp)), Some(Interest::READABLE));
         assert!(m.wait(8).is_empty(), "oneshot");
         // Retrieved: still there, inactive.
-        assert_eq!(m.view(fd, fd as u32).present, true);
+        assert!(m.view(fd, fd as u32).present);
         assert_eq!(m.view(fd, fd as u32).armed, None);
         arm(&mut m, &mut s, fd, Interest::READABLE).unwrap();
         assert_eq!(m.wait(8).len(), 1);
