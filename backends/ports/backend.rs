@@ -51,6 +51,10 @@ const BATCH: usize = 256;
 ///   `port_associate` (port_associate(3C)). A re-arm of a registration armed for
 ///   the same interest issues nothing (the state table's row), so an event in
 ///   flight satisfies it.
+/// - `port_associate_fd` drops its lock inside `VOP_POLL` and asks applications
+///   not to associate and dissociate one descriptor from two threads at once: the
+///   poller holds the registration's lock across each command (`src/table.rs`),
+///   so they never race.
 /// - quiet and delete: `port_dissociate(port, PORT_SOURCE_FD, fd)`. In
 ///   `port_dissociate_fd`: 0 when an association was active (armed, or fired and
 ///   still queued: the queued event is removed), ENOENT when it was not (its event
