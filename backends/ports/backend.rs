@@ -94,6 +94,9 @@ const BATCH: usize = 256;
 ///   merges with it (the binary waker of the other backends; `src/wake.rs` counts
 ///   notifies above it), so the port's event limit (`process.max-port-events`,
 ///   EAGAIN) is never reached by wake-ups.
+/// - limits: every association holds one of the port's event structures
+///   (`port_alloc_event_local`, counted against the resource control
+///   `process.port-max-events`): an arm past it fails with EAGAIN, returned as is.
 /// - fork: the port is inherited and shared with the parent (port_create(3C)), and
 ///   a child's `port_associate` of an inherited descriptor would update the
 ///   parent's association (same number and open file). The child never touches
