@@ -12,14 +12,16 @@
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
-//! Android, kqueue only on its targets, so those two are named here without links;
-//! docs.rs documents the crate for Linux, FreeBSD and macOS: pick the platform in
-//! its menu). All of them run one pure state machine (public, with the feature
-//! `model`, as `pollshot::state`), so they behave the same. See [`Poller`] for the
-//! API and an example, [`Event`] for what an event means on every backend, and the
+//! Android, kqueue only on its targets, event ports only on illumos and Solaris, so
+//! those are named here without links; docs.rs documents the crate for Linux,
+//! FreeBSD and macOS: pick the platform in its menu). All of them run one pure state
+//! machine (public, with the feature `model`, as `pollshot::state`), so they behave
+//! the same. See [`Poller`] for the API and an example, [`Event`] for what an event
+//! means on every backend, and the
 //! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
 //! crates.io and docs.rs) for the guarantees and limits.
 //!
@@ -131,18 +133,25 @@ mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
 #[path = "../backends/uring.rs"]
 mod uring_backend;
+// Compiled on every target: its translation (poll bits, the user word) is pure,
+// unit tested everywhere and used by the kernel model; the backend itself only on
+// illumos and Solaris.
+#[path = "../backends/ports/mod.rs"]
+mod ports_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
 /// `Epoll` is there on Linux and Android, `Kqueue` on the BSDs and Apple targets,
-/// `Uring` on Linux with the cargo feature `io-uring`, and `Blocking` (poll(2))
-/// everywhere.
+/// `Ports` (event ports) on illumos and Solaris, `Uring` on Linux with the cargo
+/// feature `io-uring`, and `Blocking` (poll(2)) everywhere.
 pub mod backends {
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub use crate::epoll_backend::Epoll;
     #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
+    #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+    pub use crate::ports_backend::Ports;
     #[cfg(all(feature = "io-uring", target_os = "linux"))]
     #[cfg_attr(docsrs, doc(cfg(all(feature = "io-uring", target_os = "linux"))))]
     pub use crate::uring_backend::Uring;
@@ -167,6 +176,13 @@ cfg_if::cfg_if! {
         pub type DefaultBackend = backends::Kqueue;
         /// Whether the default backend multiplexes with a kernel oneshot mechanism
         /// (`EV_DISPATCH` here). When false, consider the 1:1 path, [`blocking`].
+        pub const MULTIPLEXES_ONESHOT: bool = true;
+    } else if #[cfg(any(target_os = "illumos", target_os = "solaris"))] {
+        /// The default backend for this target: event ports, `port_associate(3C)`.
+        pub type DefaultBackend = backends::Ports;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (event ports: a retrieved event dissociates the descriptor). When false,
+        /// consider the 1:1 path, [`blocking`].
         pub const MULTIPLEXES_ONESHOT: bool = true;
     } else {
         /// The default backend for this target: neither epoll nor kqueue exists, so
