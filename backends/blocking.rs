@@ -56,11 +56,13 @@ impl Set {
 ///
 /// - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
 ///   made while threads are blocked in poll(2) wakes them (one pipe write) so that
-///   they poll the new set; a quiet or delete needs no wake (what it removes is
-///   checked again before anything is delivered). The set has a version, bumped by
-///   each arm, and the pipe is drained only once no blocked waiter polls a set older
-///   than the current one: a waiter that returns early cannot take the wake-up
-///   meant for another one still polling without the new arm.
+///   they poll the new set; so does a delete, because poll(2) holds the file of
+///   each descriptor it watches until it returns, and a deregistered socket closed
+///   meanwhile would stay open. A quiet needs no wake (what it removes is checked
+///   again before anything is delivered). The set has a version, bumped by each
+///   arm and waking delete, and the pipe is drained only once no blocked waiter
+///   polls a set older than the current one: a waiter that returns early cannot
+///   take the wake-up meant for another one still polling the old set.
 /// - a wait polls every armed descriptor and the waker pipe; each reported
 ///   descriptor that is still armed with the same generation is disarmed in the set
 ///   and delivered, so one arming gives one delivery even with several waiters.
@@ -246,12 +248,28 @@ impl Driver for Blocking {
         })
     }
 
+    /// A waiter blocked in poll(2) holds a reference to each file of its snapshot
+    /// until poll(2) returns (Linux: `__pollwait` takes one per entry): a socket
+    /// deregistered and then closed would stay open, and its peer see no close,
+    /// while another thread polls. So a delete made while threads poll wakes them
+    /// (one pipe write, as an arm does) to poll the set without it.
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        match self.set().regs.remove(&tag.slot) {
-            Some(_) => Ok(()),
-            None => Err(KernelError::NotFound),
+        let waiters = {
+            let mut set = self.set();
+            if set.regs.remove(&tag.slot).is_none() {
+                return Err(KernelError::NotFound);
+            }
+            let waiters = !set.polling.is_empty();
+            if waiters {
+                set.version = set.version.wrapping_add(1);
+            }
+            waiters
+        };
+        if waiters {
+            self.kick().map_err(KernelError::Other)?;
         }
+        Ok(())
     }
 
     fn wait(
