@@ -25,6 +25,13 @@
 //! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
 //! crates.io and docs.rs) for the guarantees and limits.
 //!
+//! # Writing a runtime
+//!
+//! [`guide`] walks through what a runtime builds around [`Poller::deliver`]:
+//! several threads on one poller, timers and deadlines, cutting a blocked
+//! `deliver` short, write backpressure, closing, shutdown and fork, with a
+//! multi-threaded echo server to copy.
+//!
 //! # The 1:1 path
 //!
 //! Where the target has no oneshot multiplexer ([`MULTIPLEXES_ONESHOT`] is false), a
@@ -89,6 +96,7 @@ mod deadline;
 mod error;
 mod event;
 mod fork;
+pub mod guide;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
