@@ -75,7 +75,7 @@
 //! | DragonFly 4.6+ | yes: `kqueue_register`'s modify branch runs `filter_event` | yes | re-run, stored |
 //! | NetBSD 10, current | yes: `kqueue_register` runs `filter_event` at `done_ev_add:` | yes | re-run, stored |
 //! | NetBSD 8, 9 (kern_event.c 1.88 read) | **no**: `knote_enqueue` queues only a knote still `KN_ACTIVE`, and the dispatch delivery (`kqueue_scan`) cleared that mark | **no** | re-run, stored: `kqueue_register`'s `EV_ADD` branch stores `udata` and runs `f_event`, whose `knote_activate` marks it active |
-//! | OpenBSD 6.4+ (kern_event.c 1.86) | yes (`kqueue_register`, `filter_process`) | **no**: `udata` only on the `EV_ADD` path | re-run, stored |
+//! | OpenBSD 6.4+ (kern_event.c 1.86 on) | yes (`kqueue_register`) | **no**: `udata` only on the `EV_ADD` path | re-run, stored |
 //! | OpenBSD 6.2, 6.3 | **no**: as NetBSD 8 (`KN_ACTIVE` test in `kqueue_register`) | **no** | re-run, stored |
 //!
 //! So with a bare `EV_ENABLE`, a descriptor re-armed with its data still unread is

@@ -25,10 +25,10 @@
 //!
 //! Parity ([`run_parity`]): the same operations run on epoll, every kqueue
 //! kernel family (FreeBSD and the kernels like it, OpenBSD 6.4+, NetBSD 8/9;
-//! `udata` carrying the generation, or fixed at `EV_ADD` as on a 32-bit target)
-//! and poll semantics must deliver the same armings at the same operations, and give the
-//! same results, for every registration that was not left behind by a close
-//! (tainted) or raced on kqueue (see [`Owner::raced`]).
+//! `udata` carrying the generation, or fixed at `EV_ADD` as on a 32-bit target),
+//! poll and event ports semantics must deliver the same armings at the same
+//! operations, and give the same results, for every registration that was not
+//! left behind by a close (tainted) or raced on kqueue (see [`Owner::raced`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
@@ -1098,6 +1098,9 @@ impl Sim {
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
                 Phase::Idle if kq_fixed && o.raced => view.present,
+                // Event ports: a quiet (`port_dissociate`) removes the association,
+                // a retrieved event leaves it inactive: either way nothing armed.
+                Phase::Idle if sem == Semantics::Ports => view.armed.is_none(),
                 Phase::Idle => view.present && view.armed.is_none(),
                 // Every filter of the interest carries this arming's udata and
                 // is enabled, or fired (an event of it in a thread's hands); no
@@ -1244,10 +1247,10 @@ impl Sim {
 }
 
 /// Runs `ops` on every semantics (`Semantics::ALL`: epoll, each kqueue kernel
-/// family, poll), each registration starting at generation `start`, checking
-/// every invariant, then parity: each registration neither tainted nor raced in
-/// any run has the same history in all of them.
-pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 6] {
+/// family, poll, event ports), each registration starting at generation
+/// `start`, checking every invariant, then parity: each registration neither
+/// tainted nor raced in any run has the same history in all of them.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 7] {
     let mut sims = Semantics::ALL.map(|s| Sim::new(s, start, policy));
     for op in ops {
         for s in sims.iter_mut() {

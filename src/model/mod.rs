@@ -5,33 +5,28 @@
 //! numbers (each with readiness [`Levels`] the test sets), and one kernel
 //! notification set with the [`Semantics`] of one backend:
 //!
-//! - [`Semantics::Epoll`]: epoll(7). Entries are keyed by (description, descriptor
-//!   number), as the kernel keys them. `EPOLL_CTL_ADD` of a key present answers
-//!   EEXIST, `EPOLL_CTL_MOD`/`EPOLL_CTL_DEL` of a key absent ENOENT, any command on
-//!   a closed number EBADF, any command on a description the kernel cannot poll
-//!   (regular files, `/dev/null`) EPERM. `EPOLLERR | EPOLLHUP` are always in an
-//!   entry's mask; an `EPOLLONESHOT` entry loses every readiness bit when it is
-//!   reported; `data` is returned as it was set. An entry lives until it is
-//!   deleted or its *description* is released (the last descriptor referring to
-//!   it closed), so a dup'd description keeps an orphan entry under the closed
-//!   number alive.
-//! - [`Semantics::Kqueue`]: kqueue(2) as on FreeBSD. One knote per
-//!   (descriptor number, filter); `EV_ADD` creates it (or updates it),
-//!   `EV_ENABLE`/`EV_DISABLE`/`EV_DELETE` of a missing knote answer ENOENT, any
-//!   change on a closed number EBADF, `EV_ADD` on a description the kernel cannot
-//!   poll EINVAL. `EV_DISPATCH` disables a knote when it is reported. Every change
-//!   to an existing knote stores its `udata` (FreeBSD, DragonFly and XNU
-//!   `kqueue_register`/`kevent_register`), so the backend's `udata` carries the
-//!   arming generation, as epoll's `data` does. Closing a descriptor number drops
-//!   every knote on that number ("Calling close() on a file descriptor will remove
-//!   any kevents that reference the descriptor", kqueue(2)), whether or not a dup
-//!   keeps the description open.
-//! - [`Semantics::KqueueFixedUdata`]: the same, except that only `EV_ADD` stores
-//!   `udata` (NetBSD, OpenBSD): the backend's `udata` carries the slot's
-//!   incarnation, fixed at `EV_ADD`, and the arming generation stays in the table.
-//! - [`Semantics::Poll`]: the in-memory set of pollshot's poll(2) backend, keyed by
-//!   the registration's slot, polled by descriptor number at wait time (a closed
-//!   number reports `POLLNVAL`; a reused number reports the new description).
+//! - [`Semantics::Epoll`]: epoll(7) (the room `epoll.rs` says what the kernel
+//!   answers).
+//! - kqueue(2), one semantics per family of BSD kernels (the room `kqueue.rs`;
+//!   [`Semantics::kqueue_kernel`] says what each does with a bare `EV_ENABLE`):
+//!   - [`Semantics::Kqueue`]: FreeBSD, macOS, DragonFly, NetBSD 10. A re-arm
+//!     re-runs the filter and every change stores `udata`;
+//!   - [`Semantics::KqueueOpenBsd`]: OpenBSD 6.4 and later. `EV_ENABLE` re-runs
+//!     the filter but only `EV_ADD` stores `udata`;
+//!   - [`Semantics::KqueueNetBsd8`]: NetBSD 8 and 9, OpenBSD 6.2 and 6.3. A bare
+//!     `EV_ENABLE` neither re-runs the filter nor stores `udata`;
+//!   - [`Semantics::KqueueFixedUdata`]: the OpenBSD 6.4+ kernel with the backend
+//!     of a 32-bit target, whose `udata` carries the slot's incarnation, fixed at
+//!     `EV_ADD`, the arming generation staying in the table.
+//!
+//!   The backend's re-arm record ([`RearmRecord::AddEnable`]) makes every kqueue
+//!   re-report a still-ready descriptor and store `udata`;
+//!   [`Model::set_rearm_record`] selects the record before it, to show what it
+//!   lost.
+//! - [`Semantics::Poll`]: the in-memory set of pollshot's poll(2) backend (the
+//!   room `poll.rs`).
+//! - [`Semantics::Ports`]: illumos event ports (the room `ports.rs`,
+//!   [`PortAssociation`]).
 //!
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
@@ -41,13 +36,31 @@
 //! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
 //! [`RawEvent`]s with the slot and stamp a backend would decode (the arming
-//! generation; with [`Semantics::KqueueFixedUdata`], the slot's incarnation), each
+//! generation; where [`Model::tag_is_generation`] is false, the slot's incarnation), each
 //! with the
 //! [`Origin`] of the command that armed it: ground truth the kernel does not
 //! have, so that a checker can tell which arming an accepted event completes.
 //!
 //! Running one operation sequence against a model of each semantics and comparing
 //! what is delivered checks that the backends agree (parity).
+//!
+//! # Rooms, and how a semantics plugs in
+//!
+//! `mod.rs` holds what every kernel shares: the descriptor table, the
+//! descriptions' levels, the types events and commands are reported in, and the
+//! dispatch of [`Model::wait`], [`Model::view`], [`Model::force_report`],
+//! [`Model::tag_for`] and the [`RegKernel`] commands to the room of the
+//! semantics' family (`Family`, from `Semantics::family`). A room (`epoll.rs`,
+//! `kqueue.rs`, `poll.rs`, `ports.rs`) holds its kernel's own state types and an
+//! `impl Model` (and `impl RegKernel`) block with its part of each. A new kernel
+//! interface plugs in with: a [`Semantics`] variant (in [`Semantics::ALL`]), a
+//! `Family` variant and its arm in `Semantics::family`, a `mod` line here, its
+//! state as a [`Model`] field (cleared by [`Model::close`] and
+//! [`Model::fork_child`] as its kernel does), and one arm per `Family` match here
+//! calling its room (`xxx_wait`, `xxx_view`, `xxx_force_report`, and one for a
+//! [`RegKernel`] command). Another kernel of an existing interface (one more
+//! kqueue) is a `Semantics` variant and the room's question about it (for
+//! kqueue, its arm in [`Semantics::kqueue_kernel`]).
 //!
 //! # Examples
 //!
@@ -56,7 +69,7 @@
 //! use pollshot::state::{Fallbacks, Phase, RegState};
 //! use pollshot::Interest;
 //!
-//! for semantics in [Semantics::Epoll, Semantics::Kqueue, Semantics::Poll] {
+//! for semantics in [Semantics::Epoll, Semantics::Kqueue, Semantics::KqueueNetBsd8, Semantics::Poll] {
 //!     let mut model = Model::new(semantics);
 //!     let fd = model.open(true);
 //!     let mut state = RegState::new(0);
@@ -80,11 +93,13 @@
 pub mod epoll;
 mod kqueue;
 mod poll;
+mod ports;
 
 pub use self::epoll::{epoll_flags_for, epoll_readiness, EpollEntry, EpollOp};
 use self::kqueue::Belief;
 pub use self::kqueue::{kq, kqueue_readiness, Change, Filter, Knote, KqueueKernel, RearmRecord};
 pub use self::poll::{poll_readiness, PollEntry};
+pub use self::ports::PortAssociation;
 pub use crate::backend::RawEvent;
 pub use crate::event::Readiness;
 use crate::interest::Interest;
@@ -183,6 +198,8 @@ pub enum Semantics {
     /// kqueue(2) as on NetBSD 8 and 9 (and OpenBSD 6.2, 6.3): an `EV_ENABLE`
     /// only re-queues a knote still active, only `EV_ADD` stores `udata`.
     KqueueNetBsd8,
+    /// illumos event ports, `port_associate` with the generation in `user`.
+    Ports,
 }
 
 /// The kernel interface of a [`Semantics`]: which room serves it.
@@ -191,17 +208,19 @@ enum Family {
     Epoll,
     Kqueue,
     Poll,
+    Ports,
 }
 
 impl Semantics {
     /// Every semantics, for running one sequence on each.
-    pub const ALL: [Semantics; 6] = [
+    pub const ALL: [Semantics; 7] = [
         Semantics::Epoll,
         Semantics::Kqueue,
         Semantics::KqueueFixedUdata,
         Semantics::KqueueOpenBsd,
         Semantics::KqueueNetBsd8,
         Semantics::Poll,
+        Semantics::Ports,
     ];
 
     /// Every kqueue semantics.
@@ -221,6 +240,7 @@ impl Semantics {
             | Semantics::KqueueOpenBsd
             | Semantics::KqueueNetBsd8 => Family::Kqueue,
             Semantics::Poll => Family::Poll,
+            Semantics::Ports => Family::Ports,
         }
     }
 
@@ -344,6 +364,7 @@ pub struct Model {
     epoll: BTreeMap<(DescId, Fd), EpollEntry>,
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
+    ports: ports::Associations,
     /// kqueue: the backend's belief per registration, by slot.
     beliefs: BTreeMap<u32, Belief>,
     /// kqueue: the change records the registrations' commands sent.
@@ -384,6 +405,7 @@ impl Model {
             epoll: BTreeMap::new(),
             knotes: BTreeMap::new(),
             pollset: BTreeMap::new(),
+            ports: BTreeMap::new(),
             beliefs: BTreeMap::new(),
             sent: Vec::new(),
             rearm: RearmRecord::default(),
@@ -483,6 +505,7 @@ impl Model {
     pub fn close(&mut self, fd: Fd) -> Result<(), Errno> {
         let desc = self.fds.remove(&fd).ok_or(Errno::BadF)?;
         self.knotes.retain(|&(ident, _), _| ident != fd);
+        self.port_close(fd);
         let d = &mut self.descs[desc.0 as usize];
         d.refs -= 1;
         if d.refs == 0 {
@@ -555,6 +578,7 @@ impl Model {
         self.epoll.clear();
         self.knotes.clear();
         self.pollset.clear();
+        self.ports.clear();
         self.beliefs.clear();
         self.sent.clear();
         self.log.clear();
@@ -590,6 +614,7 @@ impl Model {
             Family::Epoll => self.epoll_view(fd),
             Family::Kqueue => self.kqueue_view(fd),
             Family::Poll => self.poll_view(slot),
+            Family::Ports => self.port_view(fd),
         }
     }
 
@@ -603,6 +628,11 @@ impl Model {
             Family::Epoll => self.epoll_wait(max),
             Family::Kqueue => self.kqueue_wait(max),
             Family::Poll => self.poll_wait(max),
+            Family::Ports => {
+                let mut out = Vec::new();
+                self.port_wait(max, &mut out);
+                out
+            }
         }
     }
 
@@ -615,6 +645,7 @@ impl Model {
             Family::Epoll => self.epoll_force_report(fd),
             Family::Kqueue => self.kqueue_force_report(fd),
             Family::Poll => self.poll_force_report(slot),
+            Family::Ports => self.port_force_report(fd),
         }
     }
 
@@ -627,7 +658,7 @@ impl Model {
         match self.semantics.family() {
             Family::Kqueue if self.tag_is_generation() => pack_usize(slot, generation) as u64,
             Family::Kqueue => pack_usize(slot, incarnation) as u64,
-            Family::Epoll | Family::Poll => pack64(slot, generation),
+            Family::Epoll | Family::Poll | Family::Ports => pack64(slot, generation),
         }
     }
 
@@ -707,6 +738,9 @@ impl RegKernel<'_> {
                 return r;
             }
             Family::Poll => self.poll(command),
+            Family::Ports => self
+                .model
+                .port_run(self.fd, self.slot, command, self.origin),
         };
         self.model.log.push(CommandRecord {
             command,
