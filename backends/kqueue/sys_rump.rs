@@ -46,27 +46,25 @@ const _: () = {
     assert!(std::mem::size_of::<kevent>() == 40);
     let k = MaybeUninit::<kevent>::uninit();
     let base = k.as_ptr();
-    // SAFETY: only field addresses are computed (no read of the uninitialised
-    // value), within the one allocation `k`.
-    let offsets = unsafe {
-        [
-            std::ptr::addr_of!((*base).filter)
-                .cast::<u8>()
-                .offset_from(base.cast::<u8>()),
-            std::ptr::addr_of!((*base).flags)
-                .cast::<u8>()
-                .offset_from(base.cast::<u8>()),
-            std::ptr::addr_of!((*base).fflags)
-                .cast::<u8>()
-                .offset_from(base.cast::<u8>()),
-            std::ptr::addr_of!((*base).data)
-                .cast::<u8>()
-                .offset_from(base.cast::<u8>()),
-            std::ptr::addr_of!((*base).udata)
-                .cast::<u8>()
-                .offset_from(base.cast::<u8>()),
-        ]
-    };
+    // A field's byte offset in `kevent`.
+    macro_rules! offset {
+        ($field:ident) => {
+            // SAFETY: only field addresses are computed (no read of the
+            // uninitialised value), within the one allocation `k`.
+            unsafe {
+                std::ptr::addr_of!((*base).$field)
+                    .cast::<u8>()
+                    .offset_from(base.cast::<u8>())
+            }
+        };
+    }
+    let offsets = [
+        offset!(filter),
+        offset!(flags),
+        offset!(fflags),
+        offset!(data),
+        offset!(udata),
+    ];
     // ident @0, filter @8, flags @12, fflags @16, data @24, udata @32.
     assert!(offsets[0] == 8 && offsets[1] == 12 && offsets[2] == 16);
     assert!(offsets[3] == 24 && offsets[4] == 32);
