@@ -31,9 +31,9 @@
 //! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
 //! | `OutOfMemory` | past the table's slot limit |
 
+use crate::raw::RawFd;
 use crate::state::KernelError;
 use std::io;
-use std::os::fd::RawFd;
 
 /// The `io::Error` for a kernel refusal: the kernel's errno as it came.
 pub(crate) fn kernel(e: KernelError) -> io::Error {
@@ -66,6 +66,7 @@ pub(crate) fn forked(op: &'static str) -> io::Error {
 }
 
 /// A negative descriptor number.
+#[cfg(unix)]
 pub(crate) fn negative_fd(fd: RawFd) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,

@@ -51,9 +51,10 @@
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::undocumented_unsafe_blocks)]
-#![cfg(unix)]
+#![cfg(any(unix, windows))]
 
 mod backend;
+#[cfg(unix)]
 pub mod blocking;
 mod deadline;
 mod error;
@@ -70,8 +71,10 @@ pub mod model;
 #[cfg(all(test, not(feature = "model")))]
 #[allow(dead_code)]
 mod model;
+#[cfg(unix)]
 mod pipe;
 mod poller;
+mod raw;
 #[cfg(feature = "model")]
 #[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod state;
@@ -91,6 +94,7 @@ pub use stats::Stats;
 pub use token::Token;
 
 // One file or folder per kernel interface, under backends/ at the crate root.
+#[cfg(unix)]
 #[path = "../backends/blocking.rs"]
 mod blocking_backend;
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -98,6 +102,9 @@ mod blocking_backend;
 mod epoll_backend;
 // Compiled on every target: its translation to kevent records is pure and unit
 // tested everywhere; only its system-call part is gated on the kqueue targets.
+#[cfg(windows)]
+#[path = "../backends/windows/mod.rs"]
+mod afd_backend;
 #[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
@@ -110,6 +117,9 @@ mod uring_backend;
 /// `Uring` on Linux with the cargo feature `io-uring`, and `Blocking` (poll(2))
 /// everywhere.
 pub mod backends {
+    #[cfg(windows)]
+    pub use crate::afd_backend::Afd;
+    #[cfg(unix)]
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub use crate::epoll_backend::Epoll;
@@ -128,6 +138,12 @@ cfg_if::cfg_if! {
         pub type DefaultBackend = backends::Blocking;
         /// Whether the default backend multiplexes with a kernel oneshot mechanism.
         pub const MULTIPLEXES_ONESHOT: bool = false;
+    } else if #[cfg(windows)] {
+        /// The default backend for this target: AFD poll and a completion port.
+        pub type DefaultBackend = backends::Afd;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (one `IOCTL_AFD_POLL` completes once here).
+        pub const MULTIPLEXES_ONESHOT: bool = true;
     } else if #[cfg(any(target_os = "linux", target_os = "android"))] {
         /// The default backend for this target: epoll with `EPOLLONESHOT`.
         pub type DefaultBackend = backends::Epoll;
