@@ -743,7 +743,7 @@ mod tests {
             register(&table, index, 7);
             let g = table.lock(index).expect("allocated");
             let e = g.as_ref().expect("occupied");
-            assert_eq!((e.fd as usize, e.token.index()), (index, index));
+            assert_eq!((crate::raw::slot_of(e.fd), e.token.index()), (index, index));
             assert_eq!(e.token.incarnation(), 7);
         }
         assert_eq!(table.len(), 10);
@@ -874,7 +874,7 @@ mod tests {
         let mut got = Vec::new();
         table
             .try_for_each_after_fork(|e| {
-                got.push(e.fd as usize);
+                got.push(crate::raw::slot_of(e.fd));
                 Ok::<(), ()>(())
             })
             .unwrap();
@@ -893,7 +893,7 @@ mod tests {
         let mut got = Vec::new();
         table
             .try_for_each_after_fork(|e| {
-                got.push(e.fd);
+                got.push(crate::raw::slot_of(e.fd));
                 Ok::<(), ()>(())
             })
             .unwrap();

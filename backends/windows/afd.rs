@@ -26,7 +26,8 @@ use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, NTSTATUS, STATUS_NOT_FOUND, STATUS_PENDING, UNICODE_STRING,
 };
 use windows_sys::Win32::Networking::WinSock::{
-    WSAGetLastError, WSAIoctl, WSAStartup, SIO_BASE_HANDLE, SOCKET, SOCKET_ERROR, WSADATA,
+    getsockopt, WSAGetLastError, WSAIoctl, WSAStartup, SIO_BASE_HANDLE, SOCKET, SOCKET_ERROR,
+    SOL_SOCKET, SO_TYPE, WSADATA,
 };
 use windows_sys::Win32::Storage::FileSystem::{FILE_SHARE_READ, FILE_SHARE_WRITE, SYNCHRONIZE};
 use windows_sys::Win32::System::IO::IO_STATUS_BLOCK;
@@ -342,6 +343,34 @@ fn winsock() {
         // shows up as the error of the next Winsock call.
         let _ = unsafe { WSAStartup(0x0202, &mut data) };
     });
+}
+
+/// Whether `s` is a socket: getsockopt(2) `SO_TYPE` answers for sockets only.
+/// (wine's `SIO_BASE_HANDLE` answers for any handle, so it is no check there.)
+///
+/// # Errors
+/// Winsock's error: WSAENOTSOCK (10038) for a handle that is not a socket (or a
+/// closed one).
+pub(crate) fn check_socket(s: RawSocket) -> io::Result<()> {
+    winsock();
+    let mut kind = 0i32;
+    let mut len = size_of::<i32>() as i32;
+    // SAFETY: the option buffer is the local `kind`, its size in `len`; Winsock
+    // validates `s` itself and writes at most `len` bytes.
+    let r = unsafe {
+        getsockopt(
+            s as SOCKET,
+            SOL_SOCKET,
+            SO_TYPE,
+            &mut kind as *mut i32 as *mut u8,
+            &mut len,
+        )
+    };
+    if r == SOCKET_ERROR {
+        // SAFETY: reads this thread's last Winsock error; no arguments.
+        return Err(io::Error::from_raw_os_error(unsafe { WSAGetLastError() }));
+    }
+    Ok(())
 }
 
 /// The socket's base handle (WSAIoctl `SIO_BASE_HANDLE`): the handle of the

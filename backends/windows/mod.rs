@@ -26,7 +26,7 @@ use windows_sys::Win32::Foundation::{CloseHandle, NTSTATUS, STATUS_INVALID_HANDL
 use windows_sys::Win32::Networking::WinSock::WSAENOTSOCK;
 use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
 
-pub(crate) use afd::base_socket;
+pub(crate) use afd::{base_socket, check_socket};
 
 /// Completions dequeued per wait: a stack buffer, so a wait never allocates.
 const BATCH: usize = 256;
