@@ -12,6 +12,7 @@
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Afd` | Windows | one `IOCTL_AFD_POLL` on the socket's base handle, completing on an I/O completion port | the kernel (a poll completes once) | `PostQueuedCompletionStatus` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
@@ -114,8 +115,8 @@ mod uring_backend;
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
 /// `Epoll` is there on Linux and Android, `Kqueue` on the BSDs and Apple targets,
-/// `Uring` on Linux with the cargo feature `io-uring`, and `Blocking` (poll(2))
-/// everywhere.
+/// `Uring` on Linux with the cargo feature `io-uring`, `Blocking` (poll(2))
+/// on every Unix, and `Afd` on Windows.
 pub mod backends {
     #[cfg(windows)]
     pub use crate::afd_backend::Afd;
