@@ -38,7 +38,7 @@ use std::io;
 /// The `io::Error` for a kernel refusal: the kernel's errno as it came.
 pub(crate) fn kernel(e: KernelError) -> io::Error {
     match e {
-        KernelError::BadFd => io::Error::from_raw_os_error(libc::EBADF),
+        KernelError::BadFd => io::Error::from_raw_os_error(crate::raw::EBADF),
         KernelError::NotFound => io::Error::from_raw_os_error(libc::ENOENT),
         KernelError::Exists => io::Error::from_raw_os_error(libc::EEXIST),
         KernelError::NotPollable => io::Error::from_raw_os_error(libc::EPERM),

@@ -15,6 +15,15 @@ pub(crate) use std::os::fd::RawFd;
 #[cfg(windows)]
 pub(crate) type RawFd = std::os::windows::io::RawSocket;
 
+/// The error code of a closed descriptor: EBADF on Unix; on Windows Winsock's
+/// WSAENOTSOCK (10038), what a closed socket handle answers.
+#[cfg(unix)]
+pub(crate) const EBADF: i32 = libc::EBADF;
+/// The error code of a closed descriptor: Winsock's WSAENOTSOCK (10038), what a
+/// closed socket handle answers.
+#[cfg(windows)]
+pub(crate) const EBADF: i32 = windows_sys::Win32::Networking::WinSock::WSAENOTSOCK;
+
 /// The table slot of `fd`. A value past the table's range gives an index at or
 /// past `MAX_SLOTS`, which the table refuses.
 #[cfg(unix)]
