@@ -15,6 +15,10 @@
 # 4. runs the command with CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine and
 #    WINEDEBUG=-all.
 #
+# wine's services (winedevice.exe) inherit the command's stdout and hold it open
+# until the server stops, so pipe this script's output (`.ci/wine.sh ... | tail`),
+# never a pipeline inside COMMAND: that one would wait for the server.
+#
 # Needs: wine (Debian's wine64 8.0), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)
 # and the rustup target x86_64-pc-windows-gnu. Exits with the command's status.
 set -euo pipefail
