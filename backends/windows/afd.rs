@@ -429,6 +429,12 @@ mod tests {
     }
 
     #[test]
+    fn a_poll_operation_is_64_bytes_80_with_its_arc_counts() {
+        assert_eq!(size_of::<Op>(), 64);
+        assert_eq!(size_of::<Op>() + 2 * size_of::<usize>(), 80);
+    }
+
+    #[test]
     fn afd_bits_map_through_the_event_table() {
         let half = readiness(DISCONNECT);
         assert!(half.contains(Readiness::READ_CLOSED) && !half.contains(Readiness::WRITE_CLOSED));
