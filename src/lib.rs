@@ -134,6 +134,10 @@ mod epoll_backend;
 #[cfg(windows)]
 #[path = "../backends/windows/mod.rs"]
 mod afd_backend;
+// AFD's bits and their translation: pure, shared with the kernel model.
+#[cfg_attr(not(windows), allow(dead_code))]
+#[path = "../backends/windows/bits.rs"]
+mod afd_bits;
 #[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]

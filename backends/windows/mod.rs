@@ -2,7 +2,8 @@
 //! port.
 //!
 //! The documentation is on [`Afd`], where rustdoc shows it. The rooms: `afd.rs`
-//! (the AFD handle, `IOCTL_AFD_POLL`, the poll operation and the event bits),
+//! (the AFD handle, `IOCTL_AFD_POLL`, the poll operation), `bits.rs` (the event
+//! bits and their translation, pure, compiled everywhere for the kernel model),
 //! `port.rs` (the completion port, its wait and the waker), this file (the
 //! `Driver` contract on them, and the registrations' records).
 
