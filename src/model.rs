@@ -82,6 +82,10 @@ pub use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::kqueue_backend::changes as kqc;
 use crate::state::{Kernel, KernelError};
+
+/// AFD poll semantics (Windows): requests on a completion port, and the Windows
+/// backend's translation into them.
+pub mod afd;
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
 use std::collections::BTreeMap;
 use std::io;
