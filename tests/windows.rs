@@ -309,6 +309,49 @@ fn peer_close_is_read_closed() {
     assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
 }
 
+/// Closes `s` with a reset: SO_LINGER on with a zero timeout, then close.
+fn close_with_reset(s: TcpStream) {
+    use windows_sys::Win32::Networking::WinSock::{setsockopt, LINGER, SOL_SOCKET, SO_LINGER};
+    let linger = LINGER {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `s` is an open socket; the option buffer is the local `linger`,
+    // its size given.
+    let r = unsafe {
+        setsockopt(
+            s.as_raw_socket() as usize,
+            SOL_SOCKET,
+            SO_LINGER,
+            &linger as *const LINGER as *const u8,
+            std::mem::size_of::<LINGER>() as i32,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt SO_LINGER");
+    drop(s);
+}
+
+#[test]
+fn reset_is_error_and_both_closed() {
+    let p = Poller::new().unwrap();
+    let (a, b) = tcp_pair();
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::BOTH).unwrap();
+    assert!(one_event(&p, t).is_writable());
+    p.arm(t, Interest::READABLE).unwrap();
+    close_with_reset(a);
+    let ev = one_event(&p, t);
+    assert!(
+        ev.is_error() && ev.is_read_closed() && ev.is_readable(),
+        "{ev:?}"
+    );
+    // Only the directions asked for: not writable, not write-closed.
+    assert!(!ev.is_writable() && !ev.is_write_closed(), "{ev:?}");
+    p.arm(t, Interest::WRITABLE).unwrap();
+    let ev = one_event(&p, t);
+    assert!(ev.is_error() && ev.is_write_closed(), "{ev:?}");
+}
+
 #[test]
 fn listener_is_readable_for_a_connection() {
     let p = Poller::new().unwrap();
