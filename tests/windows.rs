@@ -578,3 +578,50 @@ fn closing_an_armed_socket_reports_it_closed() {
     assert!(ev.is_read_closed(), "{ev:?}");
     p.deregister(t).unwrap();
 }
+
+#[test]
+fn dropping_a_poller_with_polls_in_flight_releases_them() {
+    // Pending polls (idle sockets), completed ones not yet dequeued (data) and
+    // cancelled ones: the drop cancels and dequeues every one; the sockets stay
+    // usable, and a new poller watches them.
+    let pairs: Vec<_> = (0..8).map(|_| tcp_pair()).collect();
+    for trial in 0..TRIALS {
+        let p = Poller::new().unwrap();
+        let tokens: Vec<_> = pairs.iter().map(|(_, b)| p.register(b).unwrap()).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            p.arm(*t, Interest::READABLE).unwrap();
+            if i % 3 == 1 {
+                p.disarm(*t).unwrap();
+            }
+        }
+        (&pairs[0].0).write_all(b"x").unwrap();
+        drop(p);
+        let p = Poller::new().unwrap();
+        let t = p.register(&pairs[0].1).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        assert!(one_event(&p, t).is_readable(), "trial {trial}");
+        let mut buf = [0u8; 8];
+        assert_eq!((&pairs[0].1).read(&mut buf).unwrap(), 1, "trial {trial}");
+    }
+}
+
+#[test]
+fn capacity_1_serves_every_ready_registration() {
+    let p = Poller::new().unwrap();
+    let pairs: Vec<_> = (0..4).map(|_| tcp_pair()).collect();
+    let tokens: Vec<_> = pairs.iter().map(|(_, b)| p.register(b).unwrap()).collect();
+    for ((a, _), t) in pairs.iter().zip(&tokens) {
+        (&*a).write_all(b"x").unwrap();
+        p.arm(*t, Interest::READABLE).unwrap();
+    }
+    let mut events = Events::with_capacity(1);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(p.deliver(&mut events, LONG).unwrap(), 1);
+        seen.push(events.iter().next().unwrap().token());
+    }
+    seen.sort();
+    let mut want = tokens.clone();
+    want.sort();
+    assert_eq!(seen, want, "each of the 4 once, in 4 delivers");
+}
