@@ -536,17 +536,6 @@ fn unknown_tokens_are_not_found() {
 }
 
 #[test]
-fn arm_of_a_closed_socket_is_wsaenotsock() {
-    let p = Poller::new().unwrap();
-    let (_a, b) = tcp_pair();
-    let t = p.register(&b).unwrap();
-    drop(b);
-    let e = p.arm(t, Interest::READABLE).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(10038), "{e}");
-    p.deregister(t).unwrap();
-}
-
-#[test]
 fn registering_a_socket_again_supersedes() {
     let p = Poller::new().unwrap();
     let (mut a, b) = tcp_pair();
