@@ -32,6 +32,7 @@
 //! - [`Semantics::Poll`]: the in-memory set of pollshot's poll(2) backend, keyed by
 //!   the registration's slot, polled by descriptor number at wait time (a closed
 //!   number reports `POLLNVAL`; a reused number reports the new description).
+//! - [`Semantics::Ports`]: illumos event ports (`ports.rs`, [`PortAssociation`]).
 //!
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
@@ -89,6 +90,9 @@ pub mod afd;
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
 use std::collections::BTreeMap;
 use std::io;
+
+mod ports;
+pub use ports::PortAssociation;
 
 /// A descriptor number, as in the process's descriptor table (`RawFd`).
 pub type Fd = i32;
@@ -171,6 +175,8 @@ pub enum Semantics {
     Poll,
     /// kqueue(2) where only `EV_ADD` stores `udata` (NetBSD, OpenBSD).
     KqueueFixedUdata,
+    /// illumos event ports, `port_associate` with the generation in `user`.
+    Ports,
 }
 
 impl Semantics {
@@ -460,6 +466,7 @@ pub struct Model {
     epoll: BTreeMap<(DescId, Fd), EpollEntry>,
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
+    ports: ports::Associations,
     /// kqueue: the backend's belief per registration, by slot.
     beliefs: BTreeMap<u32, Belief>,
     /// kqueue: the change records the registrations' commands sent.
@@ -556,6 +563,7 @@ impl Model {
             epoll: BTreeMap::new(),
             knotes: BTreeMap::new(),
             pollset: BTreeMap::new(),
+            ports: BTreeMap::new(),
             beliefs: BTreeMap::new(),
             sent: Vec::new(),
             notified: false,
@@ -654,6 +662,7 @@ impl Model {
     pub fn close(&mut self, fd: Fd) -> Result<(), Errno> {
         let desc = self.fds.remove(&fd).ok_or(Errno::BadF)?;
         self.knotes.retain(|&(ident, _), _| ident != fd);
+        self.port_close(fd);
         let d = &mut self.descs[desc.0 as usize];
         d.refs -= 1;
         if d.refs == 0 {
@@ -722,6 +731,7 @@ impl Model {
         self.epoll.clear();
         self.knotes.clear();
         self.pollset.clear();
+        self.ports.clear();
         self.beliefs.clear();
         self.sent.clear();
         self.log.clear();
@@ -983,6 +993,7 @@ impl Model {
                     tag: Some(pack64(slot, e.generation)),
                 },
             },
+            Semantics::Ports => self.port_view(fd),
         }
     }
 
@@ -1105,6 +1116,7 @@ impl Model {
                     self.pollset.remove(&slot);
                 }
             }
+            Semantics::Ports => self.port_wait(max, &mut out),
         }
         out
     }
@@ -1184,6 +1196,7 @@ impl Model {
                     filter: None,
                 })
             }
+            Semantics::Ports => self.port_force_report(fd),
         }
     }
 
@@ -1195,7 +1208,7 @@ impl Model {
         match self.semantics {
             Semantics::Kqueue => pack_usize(slot, generation) as u64,
             Semantics::KqueueFixedUdata => pack_usize(slot, incarnation) as u64,
-            Semantics::Epoll | Semantics::Poll => pack64(slot, generation),
+            Semantics::Epoll | Semantics::Poll | Semantics::Ports => pack64(slot, generation),
         }
     }
 
@@ -1421,6 +1434,7 @@ impl RegKernel<'_> {
                 .remove(&self.slot)
                 .map(drop)
                 .ok_or(Errno::NoEnt),
+            (Semantics::Ports, command) => self.model.port_run(self.fd, self.slot, command, origin),
         };
         self.model.log.push(CommandRecord {
             command,
