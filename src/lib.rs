@@ -10,7 +10,7 @@
 //! | backend | targets | arm | delivery disarms by | waker |
 //! |---|---|---|---|---|
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
-//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
+//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ADD \| EV_ENABLE \| EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
 //! | `backends::Afd` | Windows | one `IOCTL_AFD_POLL` on the socket's base handle, completing on an I/O completion port | the kernel (a poll completes once) | `PostQueuedCompletionStatus` |
