@@ -101,7 +101,7 @@ mod epoll_backend;
 #[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
-#[path = "../backends/uring.rs"]
+#[path = "../backends/uring/mod.rs"]
 mod uring_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one

@@ -618,7 +618,7 @@ pub fn wake_notify_storm_without_waiters_costs_one_write<B: Backend>() {
     }
     let s = p.stats().since(&before);
     // io_uring: with no waiter blocked the binary waker is a flag the next wait
-    // takes, no system call at all (backends/uring.rs).
+    // takes, no system call at all (backends/uring/).
     let writes = if B::NAME == "uring" { 0 } else { 1 };
     assert_eq!(s.wakes, writes, "{s:?}");
     assert_eq!(s.syscalls(), writes, "{s:?}");
