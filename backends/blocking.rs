@@ -246,12 +246,36 @@ impl Driver for Blocking {
         })
     }
 
+    /// A waiter blocked in poll(2) holds a reference to every file in its set,
+    /// and the set it polls may hold this descriptor (a snapshot taken while it
+    /// was armed). So a delete made while waiters are polling bumps the set's
+    /// version, wakes them (one pipe write, unless a byte is there) and waits
+    /// until every waiter that polled an older set has returned from poll(2)
+    /// (they poll the new set, without this descriptor, next); with no waiter
+    /// polling it costs nothing.
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        match self.set().regs.remove(&tag.slot) {
-            Some(_) => Ok(()),
-            None => Err(KernelError::NotFound),
+        let mut set = self.set();
+        if set.regs.remove(&tag.slot).is_none() {
+            return Err(KernelError::NotFound);
         }
+        if set.polling.is_empty() {
+            return Ok(());
+        }
+        set.version = set.version.wrapping_add(1);
+        let version = set.version;
+        drop(set);
+        // As for an arm, the byte stays in the pipe until no waiter polls a set
+        // older than the current one (`wait`), so none of them can miss it.
+        self.kick().map_err(KernelError::Other)?;
+        let mut set = self.set();
+        while set.polling.iter().any(|&v| v < version) {
+            set = self
+                .caught_up
+                .wait(set)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
     }
 
     fn wait(

@@ -238,6 +238,54 @@ mod uring_only {
         let _ = (p, ctl_calls, what);
     }
 
+    /// What a deregistration costs, exactly: one `io_uring_enter` (it submits the
+    /// remove and waits until the request has ended) whenever a poll request of
+    /// the registration may still be in the kernel or queued (armed and
+    /// submitted; armed and not yet submitted; disarmed, its remove queued), and
+    /// no system call after a delivery (nothing is pending). No other thread
+    /// waits here; the `release` tests of the shared suite cover the outcome
+    /// with one.
+    #[cfg(feature = "stats")]
+    #[test]
+    fn deregister_costs_one_enter_while_a_request_is_pending() {
+        let p = poller::<Uring>();
+        let deregister = |t: Token, what: &str, enters: u64| {
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            assert_eq!(
+                (d.ctl_calls, d.syscalls()),
+                (enters, enters),
+                "{what}: {d:?}"
+            );
+        };
+        let mut events = Events::with_capacity(8);
+        for _ in 0..20 {
+            let (a, mut b) = socketpair();
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            deregister(t, "armed, not submitted", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+            deregister(t, "armed and submitted", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+            p.disarm(t).unwrap();
+            deregister(t, "disarmed, its remove queued", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            b.write_all(b"x").unwrap();
+            assert!(expect_one(&p, t).is_readable());
+            deregister(t, "delivered", 0);
+            assert_no_events(&p, 2, Duration::from_millis(1));
+        }
+    }
+
     /// The fuzzer's case (`fuzz/regressions/uring_real/
     /// write_only_arm_of_half_closed_socket_waits_for_room`): a write-only arming
     /// of a socket whose send buffer is full and whose peer shut down its write

@@ -112,6 +112,9 @@ impl Ring {
         }
         let (slot, generation) = unpack64(user_data);
         let res = cqe.result();
+        if slot != EPOLL_SLOT {
+            self.settle(g, slot);
+        }
         if slot == EPOLL_SLOT {
             if generation != g.epoll_poll {
                 // An older poll, removed when a submitting thread exited.

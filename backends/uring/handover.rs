@@ -76,7 +76,12 @@ impl Ring {
         let mut polls = 0u8;
         loop {
             let consumed = std::mem::replace(&mut g.woken, false);
-            let left = self.reap(&mut g, out, max)?;
+            if !g.parked.is_empty() {
+                // What a deregister took from the queue while it waited.
+                let n = g.parked.len().min(max.saturating_sub(out.len()));
+                out.extend(g.parked.drain(..n));
+            }
+            let left = self.reap(&mut g, out, max)? || !g.parked.is_empty();
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
             }
@@ -121,10 +126,8 @@ impl Ring {
             g = self.lock();
             g.leader = false;
             g.kicked = false;
-            if g.followers > 0 {
-                // One of them leads next, or takes what this one has no room for.
-                self.hand_over(&g);
-            }
+            // A follower leads next, or takes what this one has no room for.
+            self.left_kernel(&g);
             if r? > 0
                 && g.reaped + self.queued_completions(&g) == posted
                 && !g.woken

@@ -23,6 +23,7 @@
 //!   parent's) and thread exit (pending requests queued again).
 
 mod complete;
+mod depart;
 mod exit;
 mod half_closed;
 mod handover;
@@ -260,12 +261,12 @@ impl Driver for Uring {
 
     fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
-        self.ring.remove(fd, tag)
+        self.ring.remove(fd, tag, false)
     }
 
     fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        self.ring.remove(fd, tag)
+        self.ring.remove(fd, tag, true)
     }
 
     #[inline(always)]

@@ -2,9 +2,10 @@
 //! leader's flags, the ring's creation (io_uring_setup(2), the waker's multishot
 //! poll) and the one push into the submission queue.
 
+use crate::backend::RawEvent;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
-use crate::token::pack64;
+use crate::token::{pack64, unpack64};
 use io_uring::{opcode, squeue, types, IoUring};
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
@@ -104,6 +105,15 @@ pub(super) struct Shared {
     /// The last stamp handed out (from 2 on: 0 and 1 are the waker's and the
     /// removes').
     pub(super) epoll_seq: u32,
+    /// Per slot: its poll requests in the kernel or the submission queue whose
+    /// completion has not been taken yet (pushed minus reaped; each oneshot request
+    /// ends with exactly one completion). A deregister waits for 0 (`depart.rs`).
+    pub(super) inflight: Vec<u32>,
+    /// Deregisters waiting for their slot's requests to end (on `departed`).
+    pub(super) departing: usize,
+    /// Events a deregister took from the completion queue while it waited, for
+    /// the next wait to deliver.
+    pub(super) parked: Vec<RawEvent>,
 }
 
 impl Shared {
@@ -118,7 +128,16 @@ impl Shared {
             epoll_armed: 0,
             epoll_poll: 0,
             epoll_seq: 1,
+            inflight: Vec::new(),
+            departing: 0,
+            parked: Vec::new(),
         }
+    }
+
+    /// The slot's requests not yet completed (see `inflight`).
+    #[inline]
+    pub(super) fn inflight(&self, slot: u32) -> u32 {
+        self.inflight.get(slot as usize).copied().unwrap_or(0)
     }
 
     #[inline]
@@ -146,6 +165,10 @@ pub(super) struct Ring {
     /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
     /// a thread blocked in the kernel does.
     pub(super) handoff: AtomicU32,
+    /// Deregisters waiting for a leader's reap wait on this word (futex(2)):
+    /// bumped, under the mutex, when a slot's last request is reaped and when a
+    /// leader leaves the kernel.
+    pub(super) departed: AtomicU32,
     /// The fork count (`crate::fork`) when the ring was made: a thread exiting in
     /// a forked child must not touch the parent's ring (see [`Submitters`](super::exit::Submitters)).
     pub(super) forks: u64,
@@ -263,6 +286,7 @@ impl Ring {
             abandoned: AtomicBool::new(false),
             shared: Mutex::new(Shared::new()),
             handoff: AtomicU32::new(0),
+            departed: AtomicU32::new(0),
             forks: crate::fork::install(),
             waker,
             epoll: OnceLock::new(),
@@ -280,17 +304,23 @@ impl Ring {
     }
 
     /// Pushes under the mutex; a push that had to submit a full queue is counted.
+    /// A poll request of a slot counts in the slot's `inflight` from here.
     #[inline(always)]
-    pub(super) fn push(
-        &self,
-        _held: &mut Shared,
-        entry: &squeue::Entry,
-    ) -> Result<(), KernelError> {
+    pub(super) fn push(&self, g: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
         match push_raw(&self.ring, entry) {
             Ok(submitted) => {
                 if submitted {
                     self.note_submitter();
                     self.counters.one(Count::CtlCall);
+                }
+                let (slot, _) = unpack64(entry.get_user_data());
+                // The waker's, the removes' and the private epoll's: not a slot's.
+                if slot != u32::MAX {
+                    let i = slot as usize;
+                    if i >= g.inflight.len() {
+                        g.inflight.resize(i + 1, 0);
+                    }
+                    g.inflight[i] += 1;
                 }
                 Ok(())
             }

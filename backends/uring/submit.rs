@@ -119,8 +119,11 @@ impl Ring {
         self.submit_for_leader(leader)
     }
 
-    /// Removes the slot's pending request or epoll entry, if any.
-    pub(super) fn remove(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
+    /// Removes the slot's pending request or epoll entry, if any. A disarm
+    /// (`deregister` false) queues the remove, submitted at once only where a
+    /// leader is blocked in the kernel; a deregister also waits until no request
+    /// of the slot is left in the kernel (`depart.rs`).
+    pub(super) fn remove(&self, fd: RawFd, tag: Tag, deregister: bool) -> Result<(), KernelError> {
         let leader = {
             let mut g = self.lock();
             // Nothing of the registration outlives a disarm or deregister in the
@@ -138,11 +141,20 @@ impl Ring {
                     _ => KernelError::NotFound,
                 });
             }
+            if old.user_data != NONE && !old.via_epoll {
+                let remove = self.remove_entry(old.user_data);
+                self.push(&mut g, &remove)?;
+            }
+            if deregister {
+                // A request removed earlier (a disarm, a re-arm) may not have
+                // ended either.
+                let left = g.inflight(tag.slot) > 0;
+                drop(g);
+                return if left { self.depart(tag.slot) } else { Ok(()) };
+            }
             if old.user_data == NONE || old.via_epoll {
                 return Ok(());
             }
-            let remove = self.remove_entry(old.user_data);
-            self.push(&mut g, &remove)?;
             g.leader
         };
         self.submit_for_leader(leader)

@@ -17,6 +17,7 @@
 pub mod bodies;
 pub mod cases;
 pub mod contract;
+pub mod release;
 pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
@@ -109,6 +110,14 @@ macro_rules! suite {
         suite!(@tests $backend, contract, [
             contract_delivery_disarms_both_directions,
             contract_arm_replaces_the_interest,
+        ]);
+        suite!(@tests $backend, release, [
+            release_peer_reads_eof_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_peer_reads_eof_with_a_blocked_deliver,
+            release_listener_port_binds_again_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_listener_port_binds_again_with_a_blocked_deliver,
         ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]
