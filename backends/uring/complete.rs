@@ -2,13 +2,15 @@
 //! remove's answer, a cancelled request to queue again, the private epoll's, a
 //! stale one, or the delivery of the current arming.
 
-use super::ring::{waker_poll, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
+use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::unpack64;
 use io_uring::{cqueue, opcode, squeue, types};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::RawFd;
 use std::io;
 
 /// What a completion must carry for a write-only arming to be delivered: the rest
@@ -192,7 +194,11 @@ impl Ring {
             return None;
         }
         let readiness = if res >= 0 {
-            Readiness::from_epoll(res as u32)
+            let mut bits = res as u32;
+            if bits & libc::POLLERR as u32 != 0 {
+                bits = self.repoll(p.fd, p.events).unwrap_or(bits);
+            }
+            Readiness::from_epoll(bits)
         } else {
             FAILED
         };
@@ -202,5 +208,36 @@ impl Ring {
             readiness,
         });
         None
+    }
+
+    /// The descriptor's state now, as epoll would report it: one poll(2) with
+    /// timeout 0 for `events` (the kernel adds `POLLERR | POLLHUP`), or `None`
+    /// when it reports nothing or `POLLNVAL`.
+    ///
+    /// A poll request completes with the mask of the wake-up that fired it, when
+    /// the wake-up carries one (`io_poll_wake` in io_uring/poll.c hands the key to
+    /// `__io_poll_execute`, and `io_poll_check_events` polls the file again only
+    /// when there is none), where epoll polls the file again as it reports
+    /// (`ep_item_poll` in fs/eventpoll.c). The two differ where a socket's
+    /// wake-up says less than its state: `tcp_disconnect` ends with
+    /// `sk_error_report`, whose wake-up key is `EPOLLERR` alone, so a listening
+    /// socket shut down while armed completed with `POLLERR`, no error pending,
+    /// where poll(2) and epoll report `POLLIN | POLLHUP | POLLRDHUP`. So a
+    /// completion with `POLLERR` is replaced by the state now (errors are rare:
+    /// one poll(2) each, counted in `Stats::waits`).
+    fn repoll(&self, fd: RawFd, events: u32) -> Option<u32> {
+        let flags = PollFlags::from_bits_truncate(events as _);
+        let mut fds = [PollFd::from_borrowed_fd(fd_ref(fd), flags)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        self.counters.one(Count::Wait);
+        let n = rustix::event::poll(&mut fds, Some(&zero)).ok()?;
+        let revents = fds[0].revents();
+        if n != 1 || revents.contains(PollFlags::NVAL) {
+            return None;
+        }
+        Some(u32::from(revents.bits()))
     }
 }

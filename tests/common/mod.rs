@@ -149,6 +149,7 @@ macro_rules! suite {
             meaning_refused_connect_is_writable_write_closed_error,
             meaning_reset_is_error_and_both_closed,
             meaning_own_shutdown_with_readable_interest_is_read_closed,
+            meaning_listener_shut_down_while_armed_is_read_closed,
         ]);
     };
     (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
