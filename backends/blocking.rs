@@ -56,11 +56,18 @@ impl Set {
 ///
 /// - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
 ///   made while threads are blocked in poll(2) wakes them (one pipe write) so that
-///   they poll the new set; a quiet or delete needs no wake (what it removes is
-///   checked again before anything is delivered). The set has a version, bumped by
-///   each arm, and the pipe is drained only once no blocked waiter polls a set older
+///   they poll the new set; a quiet needs no wake (what it removes is checked
+///   again before anything is delivered). The set has a version, bumped by each
+///   arm, and the pipe is drained only once no blocked waiter polls a set older
 ///   than the current one: a waiter that returns early cannot take the wake-up
 ///   meant for another one still polling without the new arm.
+/// - a delete made while threads are blocked in poll(2) is an arm's opposite: a
+///   thread in poll(2) holds a reference to every file in its set, so the delete
+///   bumps the version, wakes them (one pipe write) and returns once each waiter
+///   that polled an older set has returned from poll(2). When `deregister`
+///   returns no poll(2) call holds the descriptor, and a `close` right after
+///   releases it. With no thread in poll(2) it costs nothing; the wake-up is the
+///   arm's, so a notify's count is untouched.
 /// - a wait polls every armed descriptor and the waker pipe; each reported
 ///   descriptor that is still armed with the same generation is disarmed in the set
 ///   and delivered, so one arming gives one delivery even with several waiters.

@@ -224,7 +224,7 @@ impl Ring {
     /// socket shut down while armed completed with `POLLERR`, no error pending,
     /// where poll(2) and epoll report `POLLIN | POLLHUP | POLLRDHUP`. So a
     /// completion with `POLLERR` is replaced by the state now (errors are rare:
-    /// one poll(2) each, counted in `Stats::waits`).
+    /// one poll(2) each, counted in `Stats::ctl_calls`: it waits for nothing).
     fn repoll(&self, fd: RawFd, events: u32) -> Option<u32> {
         let flags = PollFlags::from_bits_truncate(events as _);
         let mut fds = [PollFd::from_borrowed_fd(fd_ref(fd), flags)];
@@ -232,7 +232,7 @@ impl Ring {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        self.counters.one(Count::Wait);
+        self.counters.one(Count::CtlCall);
         let n = rustix::event::poll(&mut fds, Some(&zero)).ok()?;
         let revents = fds[0].revents();
         if n != 1 || revents.contains(PollFlags::NVAL) {

@@ -60,10 +60,27 @@ use std::time::Duration;
 ///   counted in `Stats::ctl_calls`). A re-arm whose previous request is still
 ///   pending queues an `IORING_OP_POLL_REMOVE` for it first. The one exception, a
 ///   write-only arming of a half-closed socket, is an `epoll_ctl` (below).
-/// - disarm and deregister: an `IORING_OP_POLL_REMOVE` of the pending request, if
-///   one is pending (none after a delivery), queued the same way. A request that
-///   completes before its remove is processed is stale by generation and dropped by
-///   the poller; the remove then answers ENOENT, which is fine and ignored.
+/// - disarm: an `IORING_OP_POLL_REMOVE` of the pending request, if one is pending
+///   (none after a delivery), queued the same way. A request that completes before
+///   its remove is processed is stale by generation and dropped by the poller; the
+///   remove then answers ENOENT, which is fine and ignored.
+/// - deregister: the same remove, submitted before `deregister` returns, which
+///   returns only once no poll request of the registration is left (`depart.rs`).
+///   A request holds a reference to its file until it has ended, and the kernel
+///   ends a removed request through task work run by the thread that submitted it
+///   (`io_poll_remove` in io_uring/poll.c, then `io_req_task_complete`, which
+///   posts the completion and frees the request). So when `deregister` returns
+///   the ring holds no reference to the file: a `close` right after it releases
+///   the socket (the peer reads EOF, a listener's port can be bound again). The
+///   price, once per descriptor: with no other thread in the kernel, one
+///   `io_uring_enter` (counted in `Stats::ctl_calls`) that submits the remove and
+///   waits for the request's end, wherever a request may be left (armed,
+///   submitted or not; disarmed, its remove not yet answered); none after a
+///   delivery. With a leader blocked in the kernel, one `io_uring_enter` that
+///   submits, then a futex wait until the leader, which returns for the
+///   completion, has taken it. Completions of other registrations taken
+///   meanwhile are kept for the next wait. A submitting thread stopped (SIGSTOP,
+///   a debugger) delays the deregistration until it runs again.
 /// - a completion is the delivery: the oneshot request is gone, nothing to disarm.
 ///
 /// # No persistent registration
@@ -92,6 +109,11 @@ use std::time::Duration;
 ///   submitted it exited (the kernel cancels such a request when it would
 ///   complete). The same request is queued again, so the arming is not lost.
 ///   `-ECANCELED` for a removed request is the remove's answer: dropped.
+/// - A completion with `POLLERR`: the request completed with the wake-up's mask,
+///   which can say less than the socket's state (a listener shut down while armed
+///   completes with `POLLERR` alone, no error pending). It is replaced by the
+///   state now, one poll(2) with timeout 0 (counted in `Stats::ctl_calls`), so
+///   the event means what epoll's would (`repoll` in `complete.rs`).
 /// - `-EBADF` (the number was closed before submission): dropped, remembered for
 ///   the next command (above). Any other negative result for the current request:
 ///   one error event.
@@ -175,6 +197,15 @@ use std::time::Duration;
 /// apart from a real signal. The pingpong bench saw it 30 times in 1.2 million
 /// round trips at T=2: a rare spurious `Interrupted`, which callers retry. The
 /// other choice, waiting on, would have lost real signals.
+///
+/// The same task work reaches a thread's other system calls: a thread whose
+/// `deliver` submitted a poll request and that then blocks in a system call of
+/// its own, an `epoll_wait` of another event loop for example, has that call end
+/// with EINTR when the request completes (20 of 20 trials): the kernel
+/// interrupts the submitting thread to run the completion's task work
+/// (`io_req_task_work_add`, TWA_SIGNAL). Such a thread must retry EINTR there, as
+/// callers of a blocking call should, or leave the ring to threads that only wait
+/// on it.
 ///
 /// # The waker
 ///
@@ -308,7 +339,10 @@ impl Driver for Uring {
 }
 
 impl AsFd for Uring {
-    /// The ring's descriptor.
+    /// The ring's descriptor. It is readable once a completion is posted, but an
+    /// arm only queues its request for the next `deliver` to submit: an outer
+    /// epoll is not woken for a registration armed since the last `deliver` (see
+    /// [`Poller`'s `AsFd`](crate::Poller#impl-AsFd-for-Poller<B>)).
     fn as_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the ring's descriptor is open for as long as `self` (and so the
         // borrow) lives.

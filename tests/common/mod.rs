@@ -118,6 +118,8 @@ macro_rules! suite {
             release_listener_port_binds_again_after_deregister_close,
             #[cfg(all(feature = "stats", target_os = "linux"))]
             release_listener_port_binds_again_with_a_blocked_deliver,
+            #[cfg(feature = "stats")]
+            release_deregister_costs_what_the_backend_says,
         ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]

@@ -227,3 +227,39 @@ pub fn release_listener_port_binds_again_with_a_blocked_deliver<B: Backend>() {
         move || listener_trials(&p, true),
     );
 }
+
+/// What one deregistration of an armed registration costs with no other thread
+/// in `deliver`, in system calls (exact, from the `stats` counters), as each
+/// backend's documentation says: epoll one `epoll_ctl` (`EPOLL_CTL_DEL`); kqueue
+/// one `kevent` carrying the `EV_DELETE`; io_uring one `io_uring_enter` (the
+/// remove, and the wait until the request has ended); poll(2) none. After a
+/// delivery (nothing armed in the kernel): epoll and kqueue the same, io_uring
+/// and poll(2) none. 20 trials.
+#[cfg(feature = "stats")]
+pub fn release_deregister_costs_what_the_backend_says<B: Backend>() {
+    let p = poller::<B>();
+    let (armed, delivered) = match p.backend_name() {
+        "epoll" | "kqueue" => (1, 1),
+        "uring" => (1, 0),
+        "blocking" => (0, 0),
+        other => panic!("no documented cost for backend {other}"),
+    };
+    let mut events = Events::with_capacity(8);
+    for trial in 0..TRIALS {
+        let (a, mut b) = socketpair();
+        let t = p.register(&a).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+        let (r, d) = delta(&p, || p.deregister(t));
+        r.unwrap();
+        assert_eq!(d.syscalls(), armed, "trial {trial}, armed: {d:?}");
+
+        let t = p.register(&a).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        b.write_all(b"x").unwrap();
+        assert!(expect_one(&p, t).is_readable());
+        let (r, d) = delta(&p, || p.deregister(t));
+        r.unwrap();
+        assert_eq!(d.syscalls(), delivered, "trial {trial}, delivered: {d:?}");
+    }
+}
