@@ -44,7 +44,8 @@ use std::time::Duration;
 
 /// The io_uring backend (Linux, cargo feature `io-uring`): the arm rides on the wait.
 ///
-/// Every io_uring operation the crate makes is in `backends/uring/` (io_uring_setup(2),
+/// Every io_uring operation the crate makes is in one folder,
+/// [`backends/uring/`](https://docs.rs/crate/pollshot/latest/source/backends/uring/) (io_uring_setup(2),
 /// io_uring_enter(2), `IORING_OP_POLL_ADD`, `IORING_OP_POLL_REMOVE`), through the
 /// `io-uring` crate, and so are the epoll_ctl(2) and epoll_wait(2) of its private
 /// epoll instance ("Half-closed sockets" below).
@@ -80,7 +81,11 @@ use std::time::Duration;
 ///   submits, then a futex wait until the leader, which returns for the
 ///   completion, has taken it. Completions of other registrations taken
 ///   meanwhile are kept for the next wait. A submitting thread stopped (SIGSTOP,
-///   a debugger) delays the deregistration until it runs again.
+///   a debugger) delays the deregistration until it runs again. Measured
+///   (`cargo bench --bench scale`, one thread, N armed idle sockets): 1.8 µs per
+///   deregistration at N = 1,000, 23 µs at 10,000 (epoll: 1.2 and 3.3 µs), the
+///   growth the kernel's: it finds the request to remove in a hash table of 16
+///   chains for this ring's 512 completion entries (`io_ring_ctx_alloc`).
 /// - a completion is the delivery: the oneshot request is gone, nothing to disarm.
 ///
 /// # No persistent registration

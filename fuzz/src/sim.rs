@@ -24,10 +24,10 @@
 //!   deregistration one exactly when the kernel holds the descriptor.
 //!
 //! Parity ([`run_parity`]): the same operations run on epoll, both kqueue
-//! semantics (`udata` carrying the generation, or fixed at `EV_ADD`) and poll
-//! semantics must deliver the same armings at the same operations, and give the
-//! same results, for every registration that was not left behind by a close
-//! (tainted) or raced on kqueue (see [`Owner::raced`]).
+//! semantics (`udata` carrying the generation, or fixed at `EV_ADD`), poll and
+//! event ports semantics must deliver the same armings at the same operations,
+//! and give the same results, for every registration that was not left behind
+//! by a close (tainted) or raced on kqueue (see [`Owner::raced`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
@@ -1081,6 +1081,9 @@ impl Sim {
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
                 Phase::Idle if sem == Semantics::KqueueFixedUdata && o.raced => view.present,
+                // Event ports: a quiet (`port_dissociate`) removes the association,
+                // a retrieved event leaves it inactive: either way nothing armed.
+                Phase::Idle if sem == Semantics::Ports => view.armed.is_none(),
                 Phase::Idle => view.present && view.armed.is_none(),
                 // Every filter of the interest carries this arming's udata and
                 // is enabled, or fired (an event of it in a thread's hands); no
@@ -1226,16 +1229,17 @@ impl Sim {
     }
 }
 
-/// Runs `ops` on epoll, both kqueue and poll semantics, each registration
-/// starting at generation `start`, checking every invariant, then parity: each
-/// registration neither tainted nor raced in any run has the same history in all
-/// four.
-pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 4] {
+/// Runs `ops` on epoll, both kqueue, poll and event ports semantics, each
+/// registration starting at generation `start`, checking every invariant, then
+/// parity: each registration neither tainted nor raced in any run has the same
+/// history in all five.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 5] {
     let mut sims = [
         Semantics::Epoll,
         Semantics::Kqueue,
         Semantics::KqueueFixedUdata,
         Semantics::Poll,
+        Semantics::Ports,
     ]
     .map(|s| Sim::new(s, start, policy));
     for op in ops {

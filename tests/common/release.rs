@@ -231,7 +231,7 @@ pub fn release_listener_port_binds_again_with_a_blocked_deliver<B: Backend>() {
 /// What one deregistration of an armed registration costs with no other thread
 /// in `deliver`, in system calls (exact, from the `stats` counters), as each
 /// backend's documentation says: epoll one `epoll_ctl` (`EPOLL_CTL_DEL`); kqueue
-/// one `kevent` carrying the `EV_DELETE`; io_uring one `io_uring_enter` (the
+/// one `kevent` carrying the `EV_DELETE`; event ports one `port_dissociate`; io_uring one `io_uring_enter` (the
 /// remove, and the wait until the request has ended); poll(2) none. After a
 /// delivery (nothing armed in the kernel): epoll and kqueue the same, io_uring
 /// and poll(2) none. 20 trials.
@@ -239,7 +239,7 @@ pub fn release_listener_port_binds_again_with_a_blocked_deliver<B: Backend>() {
 pub fn release_deregister_costs_what_the_backend_says<B: Backend>() {
     let p = poller::<B>();
     let (armed, delivered) = match p.backend_name() {
-        "epoll" | "kqueue" => (1, 1),
+        "epoll" | "kqueue" | "ports" => (1, 1),
         "uring" => (1, 0),
         "blocking" => (0, 0),
         other => panic!("no documented cost for backend {other}"),
