@@ -17,8 +17,9 @@
 use super::*;
 use pollshot::Interest;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{mpsc, Arc};
-use std::thread;
+use std::sync::Arc;
+#[cfg(target_os = "linux")]
+use std::{sync::mpsc, thread};
 
 /// Trials of each scenario.
 pub const TRIALS: usize = 20;
