@@ -13,7 +13,9 @@
 //! Who reaps: with no leader in the kernel, the deregistering thread leads for the
 //! time of one `io_uring_enter` (it submits the remove and waits for a completion)
 //! and takes what the queue holds; completions of other slots are kept in
-//! `Shared::parked` for the next wait. With a leader blocked in the kernel, the
+//! `Shared::parked` for the next wait (a leader in the kernel, which would not
+//! return for completions taken before it saw them, is kicked through the
+//! eventfd to deliver them). With a leader blocked in the kernel, the
 //! deregistering thread submits the remove (one `io_uring_enter` without waiting)
 //! and waits on the `departed` futex word; the leader returns for the completion,
 //! reaps it and bumps the word (and bumps it whenever it leaves the kernel, so a
@@ -33,8 +35,15 @@ impl Ring {
         g.departing += 1;
         let r = loop {
             let mut parked = std::mem::take(&mut g.parked);
+            let before = parked.len();
             let reaped = self.reap(&mut g, &mut parked, usize::MAX);
+            let more = parked.len() > before;
             g.parked = parked;
+            if more && g.leader {
+                // The leader in the kernel would not return for completions
+                // taken before it saw them: it delivers them.
+                self.kick_leader(&mut g);
+            }
             if let Err(e) = reaped {
                 break Err(KernelError::Other(e));
             }
@@ -89,6 +98,22 @@ impl Ring {
             self.hand_over(&g);
         }
         r
+    }
+
+    /// Makes the leader blocked in the kernel return (one eventfd write, as a
+    /// wake-up's), unless one is on its way.
+    fn kick_leader(&self, g: &mut Shared) {
+        if g.kicked {
+            return;
+        }
+        g.kicked = true;
+        self.counters.one(Count::Wake);
+        // EAGAIN: the counter is at its maximum; the poll fires all the same.
+        if let Err(e) = rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+            if e != rustix::io::Errno::AGAIN {
+                g.kicked = false;
+            }
+        }
     }
 
     /// A thread that led (a wait's or a deregister's `io_uring_enter`) has left
