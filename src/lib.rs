@@ -10,7 +10,7 @@
 //! | backend | targets | arm | delivery disarms by | waker |
 //! |---|---|---|---|---|
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
-//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
+//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ADD \| EV_ENABLE \| EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
@@ -24,6 +24,13 @@
 //! means on every backend, and the
 //! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
 //! crates.io and docs.rs) for the guarantees and limits.
+//!
+//! # Writing a runtime
+//!
+//! [`guide`] walks through what a runtime builds around [`Poller::deliver`]:
+//! several threads on one poller, timers and deadlines, cutting a blocked
+//! `deliver` short, write backpressure, closing, shutdown and fork, with a
+//! multi-threaded echo server to copy.
 //!
 //! # The 1:1 path
 //!
@@ -89,6 +96,7 @@ mod deadline;
 mod error;
 mod event;
 mod fork;
+pub mod guide;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
