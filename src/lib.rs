@@ -151,7 +151,7 @@ mod kqueue_backend;
 #[path = "../backends/windows/bits.rs"]
 mod afd_bits;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
-#[path = "../backends/uring.rs"]
+#[path = "../backends/uring/mod.rs"]
 mod uring_backend;
 // Compiled on every target: its translation (poll bits, the user word) is pure,
 // unit tested everywhere and used by the kernel model; the backend itself only on

@@ -887,10 +887,18 @@ impl<B: Backend> Drop for Poller<B> {
 }
 
 /// The backend's kernel instance (the epoll or kqueue descriptor; the poll(2)
-/// backend's waker), for nesting this poller in another event loop: on epoll and
-/// kqueue it is readable while a kernel event is pending (epoll(7), kqueue(2)),
-/// after which `deliver` with a zero timeout collects it. Only read readiness may be
-/// asked of it; never read, write or close it.
+/// backend's waker; the io_uring ring), for nesting this poller in another event
+/// loop: on epoll and kqueue it is readable while a kernel event is pending
+/// (epoll(7), kqueue(2)), after which `deliver` with a zero timeout collects it.
+/// Only read readiness may be asked of it; never read, write or close it.
+///
+/// Only epoll and kqueue wake an outer loop for a registration's readiness. The
+/// poll(2) backend's descriptor is its waker pipe: readable for a notify (or an
+/// arm made while a thread polls), never because a registration became ready. The
+/// ring is readable once a completion is posted, but an arm only queues its poll
+/// request, which the next `deliver` submits: an outer epoll waiting after an arm
+/// sees nothing (measured: a socketpair armed readable, written, an outer
+/// `epoll_wait` of 500 ms returned 0 on both, and 1 on epoll).
 #[cfg(unix)]
 impl<B: Backend + AsFd> AsFd for Poller<B> {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
