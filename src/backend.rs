@@ -12,10 +12,10 @@
 
 use crate::event::Readiness;
 use crate::interest::Interest;
+use crate::raw::RawFd;
 use crate::state::KernelError;
 use crate::stats::Counters;
 use std::io;
-use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// A kernel interface a [`Poller`](crate::Poller) can run on: one of the types in

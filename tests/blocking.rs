@@ -1,5 +1,6 @@
 //! The shared suite (`tests/common`) on the poll(2) backend, which every Unix has,
 //! and the 1:1 helper `pollshot::blocking::io_once`.
+#![cfg(unix)]
 
 #[macro_use]
 mod common;
@@ -170,6 +171,60 @@ mod release {
                 (0, true),
                 "trial {trial}: only the notify ends it"
             );
+        }
+    }
+}
+
+/// What a deregistration costs on the poll(2) backend: no system call with no
+/// thread in poll(2); with one blocked there, one pipe write, after which
+/// `deregister` waits until that thread has returned from poll(2) (it held the
+/// descriptor). 20 trials.
+#[cfg(all(feature = "stats", target_os = "linux"))]
+mod deregister_cost {
+    use crate::common::release::until_blocked_in_wait;
+    use crate::common::{poller, socketpair};
+    use pollshot::backends::Blocking;
+    use pollshot::{Events, Interest};
+    use std::sync::Arc;
+
+    #[test]
+    fn free_without_waiters_one_write_with_a_blocked_one() {
+        let p = Arc::new(poller::<Blocking>());
+        for trial in 0..20 {
+            let (a, _b) = socketpair();
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            assert_eq!(d.syscalls(), 0, "trial {trial}: {d:?}");
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            let q = p.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                // SAFETY: gettid(2) has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                let mut events = Events::with_capacity(8);
+                loop {
+                    match q.deliver(&mut events, None) {
+                        Ok(n) => return n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => panic!("deliver: {e}"),
+                    }
+                }
+            });
+            // In poll(2), with the socket in its set.
+            until_blocked_in_wait(rx.recv().unwrap());
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            // The waiter's own calls (its drain, its next poll) may fall in the
+            // window: only the deregistering thread writes.
+            assert_eq!(d.wakes, 1, "trial {trial}: {d:?}");
+            p.notify().unwrap();
+            assert_eq!(waiter.join().unwrap(), 0, "trial {trial}");
         }
     }
 }

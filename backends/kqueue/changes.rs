@@ -20,7 +20,9 @@
 
 use crate::event::Readiness;
 use crate::interest::Interest;
-use std::os::fd::RawFd;
+// A kevent ident for a descriptor: `RawFd` on Unix; the same `c_int` elsewhere,
+// where only the pure translation is compiled.
+use std::ffi::c_int as RawFd;
 
 /// `EV_ADD`: the same value in every kqueue (FreeBSD, NetBSD, OpenBSD, DragonFly,
 /// XNU, libkqueue); the backend asserts it against the target's headers.

@@ -8,7 +8,7 @@ use crate::interest::Interest;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, Phase, RegState};
 use crate::token::pack_usize;
 use std::collections::VecDeque;
-use std::os::fd::RawFd;
+use std::ffi::c_int as RawFd;
 
 const FD: RawFd = 42;
 const R: Interest = Interest::READABLE;

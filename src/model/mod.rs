@@ -95,6 +95,10 @@ mod kqueue;
 mod poll;
 mod ports;
 
+/// AFD poll semantics (Windows): requests on a completion port, and the Windows
+/// backend's translation into them.
+pub mod afd;
+
 pub use self::epoll::{epoll_flags_for, epoll_readiness, EpollEntry, EpollOp};
 use self::kqueue::Belief;
 pub use self::kqueue::{kq, kqueue_readiness, Change, Filter, Knote, KqueueKernel, RearmRecord};
