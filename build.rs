@@ -32,7 +32,7 @@ fn main() {
     let linux = os == "linux";
 
     // `pollshot_kqueue`: the kqueue backend's system-call layer is compiled (the
-    // BSDs and Apple, or Linux against libkqueue).
+    // BSDs and Apple, or Linux against libkqueue or a NetBSD rump kernel).
     let kqueue_os = is_kqueue_os(&os);
     if kqueue_os || ((libkqueue || rump) && linux) {
         println!("cargo:rustc-cfg=pollshot_kqueue");
