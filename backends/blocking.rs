@@ -157,6 +157,9 @@ fn poll_flags(interest: Interest) -> PollFlags {
     if interest.is_writable() {
         f |= PollFlags::OUT;
     }
+    if interest.is_priority() {
+        f |= PollFlags::PRI;
+    }
     f
 }
 

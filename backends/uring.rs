@@ -410,6 +410,9 @@ fn poll_events(interest: Interest) -> u32 {
     if interest.is_writable() {
         e |= libc::POLLOUT as u32;
     }
+    if interest.is_priority() {
+        e |= libc::POLLPRI as u32;
+    }
     e
 }
 
@@ -1014,7 +1017,8 @@ impl Ring {
             return None;
         }
         let p = g.pending[slot as usize];
-        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & WRITE_BITS == 0 {
+        let answered = WRITE_BITS | libc::POLLPRI as u32;
+        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & answered == 0 {
             // A write-only arming completed with read-closed alone (the kernel adds
             // POLLRDHUP to every poll request): epoll would report nothing until
             // the socket is writable. The private epoll watches the rest of it.
@@ -1281,6 +1285,9 @@ impl Driver for Uring {
     const NAME: &'static str = "uring";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
+    // Ordinary data takes a POLLPRI-only request off the wait queue
+    // (`Driver::PRIORITY_WITHOUT_READABLE`).
+    const PRIORITY_WITHOUT_READABLE: bool = false;
 
     /// # Errors
     /// `ErrorKind::Unsupported` with the reason where the kernel refuses io_uring

@@ -107,11 +107,13 @@ pub struct Levels {
     pub hang_up: bool,
     /// A pending error (`POLLERR`).
     pub error: bool,
+    /// An exceptional condition: TCP urgent data (`POLLPRI`).
+    pub priority: bool,
 }
 
 impl Levels {
-    /// Levels from five bits: 1 readable, 2 writable, 4 read-closed, 8 hang-up,
-    /// 16 error. Other bits are ignored.
+    /// Levels from six bits: 1 readable, 2 writable, 4 read-closed, 8 hang-up,
+    /// 16 error, 32 priority. Other bits are ignored.
     pub const fn from_bits(bits: u8) -> Levels {
         Levels {
             readable: bits & 1 != 0,
@@ -119,6 +121,7 @@ impl Levels {
             read_closed: bits & 4 != 0,
             hang_up: bits & 8 != 0,
             error: bits & 16 != 0,
+            priority: bits & 32 != 0,
         }
     }
 
@@ -128,12 +131,13 @@ impl Levels {
     pub const fn ready_for(self, interest: Interest) -> bool {
         (interest.is_readable() && (self.readable || self.read_closed))
             || (interest.is_writable() && self.writable)
+            || (interest.is_priority() && self.priority)
             || self.hang_up
             || self.error
     }
 
     /// The levels as epoll bits (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`, `EPOLLHUP`,
-    /// `EPOLLERR`).
+    /// `EPOLLERR`, `EPOLLPRI`).
     pub const fn epoll_bits(self) -> u32 {
         let mut b = 0;
         if self.readable {
@@ -150,6 +154,9 @@ impl Levels {
         }
         if self.error {
             b |= epoll::ERR;
+        }
+        if self.priority {
+            b |= epoll::PRI;
         }
         b
     }
@@ -480,8 +487,8 @@ pub struct KernelView {
     pub tag: Option<u64>,
 }
 
-fn interest_from(read: bool, write: bool) -> Option<Interest> {
-    Interest::from_bits(read as u8 | (write as u8) << 1)
+fn interest_from(read: bool, write: bool, priority: bool) -> Option<Interest> {
+    Interest::from_bits(read as u8 | (write as u8) << 1 | (priority as u8) << 2)
 }
 
 /// epoll flags for an arm, as `backends/epoll.rs` sets them.
@@ -492,6 +499,9 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     }
     if interest.is_writable() {
         f |= epoll::OUT;
+    }
+    if interest.is_priority() {
+        f |= epoll::PRI;
     }
     f
 }
@@ -954,7 +964,11 @@ impl Model {
                     None => KernelView::default(),
                     Some(e) => KernelView {
                         present: true,
-                        armed: interest_from(e.events & epoll::IN != 0, e.events & epoll::OUT != 0),
+                        armed: interest_from(
+                            e.events & epoll::IN != 0,
+                            e.events & epoll::OUT != 0,
+                            e.events & epoll::PRI != 0,
+                        ),
                         tag: Some(e.data),
                     },
                 }
@@ -967,6 +981,7 @@ impl Model {
                     armed: interest_from(
                         r.is_some_and(|k| k.enabled),
                         w.is_some_and(|k| k.enabled),
+                        false,
                     ),
                     tag: r.or(w).map(|k| k.udata),
                 }
@@ -1072,6 +1087,9 @@ impl Model {
                             }
                             if interest.is_writable() {
                                 asked |= epoll::OUT;
+                            }
+                            if interest.is_priority() {
+                                asked |= epoll::PRI;
                             }
                             // poll(2) on a regular file: always readable and writable.
                             let have = if d.pollable {

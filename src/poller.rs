@@ -462,6 +462,10 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
+    /// - `ErrorKind::Unsupported`: `interest` has [`Interest::PRIORITY`] on a
+    ///   backend that cannot ask for it (kqueue), or without
+    ///   [`Interest::READABLE`] on io_uring (see [`Interest::PRIORITY`]); nothing
+    ///   changed.
     /// - EBADF (`raw_os_error()`): the descriptor is closed; the registration is
     ///   unchanged. The poll(2) backend checks this at the first arm only (later
     ///   arms cost no system call): there a descriptor closed after its first arm is
@@ -473,6 +477,11 @@ impl<B: Backend> Poller<B> {
     ///   epoll_ctl(2), kevent(2).
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
+        if interest.is_priority()
+            && (!B::PRIORITY || !B::PRIORITY_WITHOUT_READABLE && !interest.is_readable())
+        {
+            return Err(error::priority_unsupported(B::NAME, B::PRIORITY));
+        }
         let mut fb = Fallbacks::default();
         let wake = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
@@ -564,9 +573,12 @@ impl<B: Backend> Poller<B> {
     /// - `Ok(n)` with `n >= 1`: `n` events (a [`notify`](Self::notify) may have been
     ///   consumed too: [`Events::is_notified`]).
     /// - `Ok(0)` with [`Events::is_notified`] true: a notify ended the wait.
-    /// - `Ok(0)` with [`Events::is_notified`] false: the timeout passed.
+    /// - `Ok(0)` with [`Events::is_shutdown`] true: the poller is shut down
+    ///   ([`shutdown`](Self::shutdown)); events taken before it saw that come with
+    ///   `Ok(n)`, also marked shut down.
+    /// - `Ok(0)` with both false: the timeout passed.
     ///
-    /// `deliver(None)` never returns `Ok(0)` without a notify.
+    /// `deliver(None)` never returns `Ok(0)` without a notify or a shutdown.
     ///
     /// # Timeouts
     /// The deadline is taken once, on entry; every wait inside the call (one per
@@ -696,11 +708,16 @@ impl<B: Backend> Poller<B> {
     /// then returns at once.
     ///
     /// - One notify ends exactly one deliver, even with several threads blocked.
-    /// - `k` notifies with `k` or more threads blocked end `k` distinct delivers (to
-    ///   stop `k` workers, notify `k` times).
+    /// - `k` notifies with `k` or more threads blocked end `k` distinct delivers.
     /// - Notifies coalesce only beyond the number of blocked delivers: while as
     ///   many are pending as there are threads blocked (at least one), another
     ///   notify changes nothing.
+    ///
+    /// So notifies do not stop `k` workers: a worker that has not entered
+    /// `deliver` yet is not counted, and `k` notifies made before the workers
+    /// block coalesce into fewer (one, with none blocked), so the last workers
+    /// sleep to their timeout, or for ever with `None`. Stop workers with
+    /// [`shutdown`](Self::shutdown), which ends every deliver, blocked or later.
     ///
     /// Cost: one write to the waker (eventfd(2), `EVFILT_USER` trigger, a pipe), and
     /// none for a notify that coalesces; a waiter that takes a notify while more are
@@ -713,6 +730,61 @@ impl<B: Backend> Poller<B> {
     pub fn notify(&self) -> io::Result<()> {
         self.check_fork("notify")?;
         self.notifies.notify(|| self.backend.wake())
+    }
+
+    /// Shuts the poller down for every [`deliver`](Self::deliver): each one blocked
+    /// now returns at once, with the events it already took (possibly none), and
+    /// each later one returns `Ok(0)` at once, without waiting; both say so with
+    /// [`Events::is_shutdown`]. Sticky: there is no way back (make a new poller).
+    /// Everything else keeps working (arm, deregister, a `deliver` that finds
+    /// events in the kernel before it sees the shutdown returns them), so the
+    /// workers can tidy up their registrations after they left their loops.
+    ///
+    /// This is how a runtime stops `k` workers, blocked or about to block: set its
+    /// own stop flag, call `shutdown` once, join them. A worker that passed its
+    /// flag check but has not blocked yet still returns: `deliver` counts itself as
+    /// a waiter and reads the shutdown bit in one read-modify-write of the word
+    /// `shutdown` sets, so either the worker sees the bit, or `shutdown` sees the
+    /// worker and wakes the kernel; each `deliver` that returns shut down wakes the
+    /// kernel again while another waiter is counted, so the one wake-up reaches
+    /// them all (`src/wake.rs`, model-checked with loom).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let poller = Arc::new(pollshot::Poller::new()?);
+    /// let workers: Vec<_> = (0..4)
+    ///     .map(|_| {
+    ///         let poller = Arc::clone(&poller);
+    ///         std::thread::spawn(move || -> std::io::Result<()> {
+    ///             let mut events = pollshot::Events::with_capacity(64);
+    ///             loop {
+    ///                 poller.deliver(&mut events, None)?;
+    ///                 if events.is_shutdown() {
+    ///                     return Ok(());
+    ///                 }
+    ///             }
+    ///         })
+    ///     })
+    ///     .collect();
+    /// poller.shutdown()?;
+    /// for w in workers {
+    ///     w.join().unwrap()?;
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// Cost: one atomic read-modify-write and at most one write to the waker
+    /// (none if no `deliver` is running); then one waker write per `deliver` that
+    /// returns shut down while another is counted.
+    ///
+    /// # Errors
+    /// `ErrorKind::Other` in a forked child before re-initialisation (which clears
+    /// the shutdown: the child's poller starts anew); the kernel's error from the
+    /// waker's write otherwise (not expected), with its errno. The poller is shut
+    /// down all the same: every later `deliver` returns at once.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.check_fork("shutdown")?;
+        self.notifies.shutdown(|| self.backend.wake())
     }
 
     /// Makes a poller inherited across `fork(2)` usable in the child: a new kernel

@@ -12,7 +12,8 @@
 //!
 //! - `lock`: the lock bit and the parked bit (see below);
 //! - `state`: an occupied bit, the always-ready bit and the phase (fresh, idle,
-//!   armed for readable, writable or both);
+//!   or armed for one of the seven interests: readable, writable, priority and
+//!   their unions);
 //! - `generation`: the registration's arming generation; in a vacant slot, the
 //!   generation its last registration ended at, where the next one starts, so a
 //!   slot's tags do not repeat before 2^32 armings (wrap-around included) and
@@ -98,10 +99,10 @@ const PARKED: u8 = 1 << 1;
 /// Bits of `Slot::state`.
 const OCCUPIED: u8 = 1;
 const ALWAYS_READY: u8 = 1 << 1;
-/// The phase, three bits from here: 0 fresh, 4 idle, 1..=3 armed for that
-/// [`Interest::bits`].
+/// The phase, four bits from here: 0 fresh, 8 idle, 1..=7 armed for that
+/// [`Interest::bits`] (readable 1, writable 2, priority 4).
 const PHASE_SHIFT: u8 = 2;
-const PHASE_IDLE: u8 = 4;
+const PHASE_IDLE: u8 = 8;
 
 /// A live registration, as the table hands it out under the slot's lock.
 pub(crate) struct Entry {
@@ -165,10 +166,10 @@ fn encode(state: &RegState) -> u8 {
 
 #[inline(always)]
 fn decode(bits: u8, generation: u32) -> RegState {
-    let code = (bits >> PHASE_SHIFT) & 0b111;
+    let code = (bits >> PHASE_SHIFT) & 0b1111;
     let phase = match code {
         0 => Phase::Fresh,
-        // 1..=3: armed; `encode` writes nothing else but 4, idle.
+        // 1..=7: armed; `encode` writes nothing else but 8, idle.
         c => Interest::from_bits(c).map_or(Phase::Idle, Phase::Armed),
     };
     RegState::from_parts(phase, generation, bits & ALWAYS_READY != 0)
