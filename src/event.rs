@@ -162,6 +162,7 @@ impl Readiness {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,
+    pub(crate) key: usize,
     pub(crate) readiness: Readiness,
 }
 
@@ -176,6 +177,22 @@ impl Event {
     #[inline]
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// The registration's key ([`Poller::register_with`](crate::Poller::register_with),
+    /// [`Poller::set_key`](crate::Poller::set_key); 0 after a plain `register`),
+    /// as it was when `deliver` accepted this event.
+    ///
+    /// Never stale: `deliver` accepts an event only for its registration's
+    /// current arming, under that registration's lock, so an event for an earlier
+    /// registration of the same number, or one reported before a deregistration,
+    /// disarm or re-arm took effect, is dropped rather than delivered with the
+    /// key of whatever was registered since. What that lets a runtime do with a
+    /// pointer as the key (and the one race it must still close itself) is on
+    /// [`register_with`](crate::Poller::register_with).
+    #[inline]
+    pub fn key(&self) -> usize {
+        self.key
     }
 
     /// A read (or an accept) will not block: data is there, the read side reached
@@ -237,6 +254,9 @@ impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Event");
         d.field("token", &self.token);
+        if self.key != 0 {
+            d.field("key", &self.key);
+        }
         for (name, on) in [
             ("readable", self.is_readable()),
             ("writable", self.is_writable()),
@@ -271,7 +291,7 @@ pub struct Events {
 }
 
 impl Events {
-    /// The largest capacity: 65,536 events (about 1.75 MiB reserved).
+    /// The largest capacity: 65,536 events (about 2.25 MiB reserved).
     /// [`with_capacity`](Events::with_capacity) lowers a larger one to this.
     pub const MAX_CAPACITY: usize = 1 << 16;
 

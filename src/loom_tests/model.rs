@@ -180,6 +180,7 @@ impl Source for Model {
         for slot in taken {
             events.push(Event {
                 token: Token::new(slot, 0),
+                key: 0,
                 readiness: Readiness::READABLE,
             });
         }

@@ -5,6 +5,7 @@
 //! generous deadlines that turn a hang into a failure.
 
 use super::*;
+use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -257,4 +258,147 @@ pub fn api_priority_interest_values<B: Backend>() {
         }
     }
     p.deregister(t).unwrap();
+}
+
+/// The key rides on every event of its registration: kernel events and an
+/// always-ready registration's synthetic ones; `set_key` changes it for the
+/// events accepted after it; a plain `register` has key 0; a stale token cannot
+/// set a key.
+pub fn api_key_rides_on_events_and_set_key_changes_it<B: Backend>() {
+    use pollshot::Interest;
+    let p = poller::<B>();
+    let (mut a, b) = UnixStream::pair().unwrap();
+    b.set_nonblocking(true).unwrap();
+    let t = p.register_with(&b, 0xdead_beef).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    a.write_all(b"x").unwrap();
+    let e = expect_one(&p, t);
+    assert_eq!(e.key(), 0xdead_beef);
+    p.set_key(t, usize::MAX).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    assert_eq!(expect_one(&p, t).key(), usize::MAX);
+    p.deregister(t).unwrap();
+    assert_eq!(
+        err_kind(p.set_key(t, 1)),
+        io::ErrorKind::NotFound,
+        "a deregistered token"
+    );
+    // A plain register: key 0.
+    let t = p.register(&b).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    assert_eq!(expect_one(&p, t).key(), 0);
+    p.deregister(t).unwrap();
+    // Always ready (/dev/null): the synthetic event carries the key too.
+    let null = File::open("/dev/null").unwrap();
+    let t = p.register_with(&null, 77).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    assert_eq!(expect_one(&p, t).key(), 77);
+    p.deregister(t).unwrap();
+}
+
+/// Issue 18's race, 200 trials: a thread delivers while another deregisters a
+/// ready, armed registration (its event may be in the kernel's queue, or fetched
+/// already by the deliverer) and registers the same descriptor number again at
+/// once, with another key, armed and ready. Every event's key is the key of the
+/// registration its token names (never the other one's), the old registration
+/// yields at most one event, the new one exactly one.
+pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_thread<B: Backend>() {
+    use pollshot::Interest;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    const TRIALS: usize = 200;
+    let p = Arc::new(poller::<B>());
+    // Token -> key, written before the registration is armed.
+    let keys: Arc<Mutex<HashMap<Token, usize>>> = Arc::default();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let deliverer = {
+        let (p, stop) = (Arc::clone(&p), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut events = Events::with_capacity(16);
+            while !stop.load(Ordering::SeqCst) {
+                p.deliver(&mut events, Some(Duration::from_millis(100)))
+                    .or_else(|e| {
+                        if e.kind() == io::ErrorKind::Interrupted {
+                            Ok(0)
+                        } else {
+                            Err(e)
+                        }
+                    })
+                    .unwrap();
+                for e in &events {
+                    tx.send(*e).unwrap();
+                }
+            }
+        })
+    };
+    let mut old_seen = 0;
+    for trial in 0..TRIALS {
+        let (mut a1, b1) = UnixStream::pair().unwrap();
+        b1.set_nonblocking(true).unwrap();
+        let number = b1.as_raw_fd();
+        let k1 = 2 * trial + 1;
+        let t1 = p.register_with(&b1, k1).unwrap();
+        keys.lock().unwrap().insert(t1, k1);
+        p.arm(t1, Interest::READABLE).unwrap();
+        a1.write_all(b"1").unwrap();
+        // Another thread: deregister, close, reuse the number, register again.
+        let (p2, keys2) = (Arc::clone(&p), Arc::clone(&keys));
+        let (t2, k2, _a2, b2) = std::thread::spawn(move || {
+            let (mut a2, b2) = UnixStream::pair().unwrap();
+            b2.set_nonblocking(true).unwrap();
+            p2.deregister(t1).unwrap();
+            // The new socket takes the old number (dup2 closes the old one).
+            let b2 = dup_onto(&b2, number);
+            // dup3 closed the old descriptor: its owner must not close the number.
+            let _ = b1.into_raw_fd();
+            let k2 = 2 * trial + 2;
+            let t2 = p2.register_with(&b2, k2).unwrap();
+            keys2.lock().unwrap().insert(t2, k2);
+            p2.arm(t2, Interest::READABLE).unwrap();
+            a2.write_all(b"2").unwrap();
+            (t2, k2, a2, b2)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(t2.index(), t1.index(), "the number was reused");
+        // Events until the new registration's one.
+        loop {
+            let e = rx
+                .recv_timeout(LOST_AFTER)
+                .unwrap_or_else(|_| panic!("trial {trial}: the new registration's event was lost"));
+            let want = keys.lock().unwrap().get(&e.token()).copied();
+            assert_eq!(
+                Some(e.key()),
+                want,
+                "trial {trial}: event {e:?} carries a key not its registration's"
+            );
+            if e.token() == t1 {
+                old_seen += 1;
+                assert_eq!(e.key(), k1);
+                continue;
+            }
+            assert_eq!((e.token(), e.key()), (t2, k2), "trial {trial}");
+            break;
+        }
+        p.deregister(t2).unwrap();
+        drop(b2);
+        // Nothing else for either registration.
+        if let Ok(e) = rx.try_recv() {
+            panic!("trial {trial}: an extra event {e:?}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    deliverer.join().unwrap();
+    eprintln!("{TRIALS} trials: the old registration's event was delivered (before its deregistration) in {old_seen}");
+}
+
+/// `fd` duplicated onto descriptor number `number` (dup2(2), close-on-exec).
+fn dup_onto(fd: &impl AsFd, number: RawFd) -> OwnedFd {
+    // SAFETY: dup3(2) of an open descriptor onto a number this test owns (the
+    // caller's old descriptor there is closed by it and never used again).
+    let r = unsafe { libc::dup3(fd.as_fd().as_raw_fd(), number, libc::O_CLOEXEC) };
+    assert_eq!(r, number, "dup3: {}", io::Error::last_os_error());
+    // SAFETY: `number` is now an open descriptor owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(number) }
 }

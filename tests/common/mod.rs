@@ -148,6 +148,8 @@ macro_rules! suite {
             api_shutdown_keeps_arm_and_deregister_working,
             api_priority_tcp_urgent_data_wakes_a_priority_waiter,
             api_priority_interest_values,
+            api_key_rides_on_events_and_set_key_changes_it,
+            api_key_never_stale_across_deregister_and_reregistration_by_another_thread,
         ]);
     };
     (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
