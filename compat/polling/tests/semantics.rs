@@ -493,7 +493,14 @@ fn with_priority_reports_tcp_urgent_data_as_is_priority() {
     unsafe { poller.add(&server, Event::readable(7).with_priority()) }.unwrap();
     let byte = b'!';
     // SAFETY: send(2) on an open socket with a valid one-byte buffer.
-    let n = unsafe { libc::send(client.as_raw_fd(), (&byte as *const u8).cast(), 1, libc::MSG_OOB) };
+    let n = unsafe {
+        libc::send(
+            client.as_raw_fd(),
+            (&byte as *const u8).cast(),
+            1,
+            libc::MSG_OOB,
+        )
+    };
     assert_eq!(n, 1, "send(MSG_OOB): {}", io::Error::last_os_error());
     let events = wait_some(&poller);
     assert_eq!(events.len(), 1, "{events:?}");
