@@ -15,11 +15,13 @@
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
-//! Android, kqueue only on its targets, so those two are named here without links).
-//! All of them run one pure state machine (`src/state.rs`: the state table of the
-//! repository's `docs/design.md`, one row per match arm), so they behave the same. See [`Poller`] for the API and
-//! an example, [`Event`] for what an event means on every backend, and the crate
-//! README for the guarantees.
+//! Android, kqueue only on its targets, so those two are named here without links;
+//! docs.rs documents the crate for Linux, FreeBSD and macOS: pick the platform in
+//! its menu). All of them run one pure state machine (public, with the feature
+//! `model`, as `pollshot::state`), so they behave the same. See [`Poller`] for the
+//! API and an example, [`Event`] for what an event means on every backend, and the
+//! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
+//! crates.io and docs.rs) for the guarantees and limits.
 //!
 //! # The 1:1 path
 //!
@@ -30,10 +32,37 @@
 //!
 //! # Errors
 //!
-//! Errors the kernel returned keep their errno (`raw_os_error()`); pollshot's own
-//! (an unknown token, use in a forked child, the poller's own descriptor) carry a
-//! message. The table of which call returns which is in the crate's `src/error.rs`
-//! and in each method's `# Errors` section.
+//! Each method's `# Errors` section says what it returns and when; the rules
+//! behind them are these.
+//!
+//! When the kernel refuses a command, the caller gets the kernel's error as it came:
+//! `io::Error::from_raw_os_error(errno)`, so `raw_os_error()` is `Some(errno)` and
+//! `kind()` is what std derives from it (the convention of std, mio and polling):
+//!
+//! | errno | from | when | `kind()` |
+//! |---|---|---|---|
+//! | EBADF | `arm`, `disarm` (epoll_ctl(2), kevent(2); the poll(2) backend's first-arm check) | the descriptor is closed; for `arm` after the ENOENT→ADD fallback too (the number is free) | `Uncategorized` |
+//! | ENOMEM, ENOSPC | `arm` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
+//! | EMFILE, ENFILE, ENOMEM | `Poller::new`, `reinit_after_fork` | creating the instance or its waker | `Uncategorized`, `OutOfMemory` |
+//! | EINTR | `deliver` | a signal arrived before any event | `Interrupted` |
+//! | any other | any call | passed on unchanged | std's |
+//!
+//! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
+//! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from
+//! epoll and EINVAL from kqueue on a descriptor they cannot poll (regular files,
+//! `/dev/null`: reported always ready), and ENOENT or EBADF on a delete (the kernel
+//! already dropped the descriptor). If a fallback fails too, its own errno is the
+//! one returned.
+//!
+//! pollshot's own errors carry a message:
+//!
+//! | kind | when |
+//! |---|---|
+//! | `NotFound` | a token names no live registration |
+//! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
+//! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
+//! | `OutOfMemory` | past the table's slot limit |
+//! | `Unsupported` | an arm with `Interest::PRIORITY` on kqueue, or without `READABLE` on io_uring |
 //!
 //! # Cargo features and cfgs
 //!

@@ -35,10 +35,10 @@
 //!
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
-//! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
-//! the kqueue backend's own pure translator, `changes` in `backends/kqueue/changes.rs`,
+//! kernel's calls exactly as the backend does (epoll: [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs); kqueue:
+//! the kqueue backend's own pure translator, `changes` in [`backends/kqueue/changes.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/changes.rs),
 //! with its per-registration belief of what the kernel holds, submitted at once;
-//! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
+//! poll: [`backends/blocking.rs`](https://docs.rs/crate/pollshot/latest/source/backends/blocking.rs)). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
 //! [`RawEvent`]s with the slot and stamp a backend would decode (the arming
 //! generation; with [`Semantics::KqueueFixedUdata`], the slot's incarnation), each
@@ -421,7 +421,7 @@ pub struct Calls {
 
 /// What the kqueue backend believes the kernel holds for one registration, and
 /// which filters fired since its last command (its per-slot view in
-/// `backends/kqueue/queue.rs`).
+/// [`backends/kqueue/queue.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/queue.rs)).
 #[derive(Clone, Copy, Debug, Default)]
 struct Belief {
     incarnation: u32,
@@ -491,7 +491,7 @@ fn interest_from(read: bool, write: bool, priority: bool) -> Option<Interest> {
     Interest::from_bits(read as u8 | (write as u8) << 1 | (priority as u8) << 2)
 }
 
-/// epoll flags for an arm, as `backends/epoll.rs` sets them.
+/// epoll flags for an arm, as [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs) sets them.
 pub const fn epoll_flags_for(interest: Interest) -> u32 {
     let mut f = epoll::ONESHOT;
     if interest.is_readable() {
@@ -506,7 +506,7 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     f
 }
 
-/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it (the same
+/// Readiness from epoll's `events`, as [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs) decodes it (the same
 /// function: [`Readiness::from_epoll`]).
 pub const fn epoll_readiness(flags: u32) -> Readiness {
     Readiness::from_epoll(flags)
@@ -521,7 +521,7 @@ const POLL_RDHUP: u32 = if cfg!(any(target_os = "linux", target_os = "android"))
 };
 
 /// Readiness from poll(2)'s `revents` in epoll bit values, as
-/// `backends/blocking.rs` decodes it (the same function:
+/// [`backends/blocking.rs`](https://docs.rs/crate/pollshot/latest/source/backends/blocking.rs) decodes it (the same function:
 /// [`Readiness::from_epoll`]). `POLLNVAL` (a closed number) is no event: the backend
 /// drops the entry, as epoll drops a closed descriptor.
 pub const fn poll_readiness(revents: u32) -> Readiness {
@@ -919,7 +919,7 @@ impl Model {
     /// After a delivery that completed an arming of the registration on `fd` in
     /// `slot`, incarnation `incarnation`: kqueue disables its filters that did not
     /// fire, unless a command for it came after the event was read (then that
-    /// command decided), as `Backend::delivered` does in `backends/kqueue/backend.rs`
+    /// command decided), as `Backend::delivered` does in [`backends/kqueue/backend.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/backend.rs)
     /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
         if !self.semantics.is_kqueue() {
@@ -1232,7 +1232,7 @@ impl Model {
 /// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
 /// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
 ///
-/// The kqueue column is the backend's translator (`backends/kqueue/changes.rs`,
+/// The kqueue column is the backend's translator ([`backends/kqueue/changes.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/changes.rs),
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
@@ -1260,7 +1260,7 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 
 impl RegKernel<'_> {
     /// The kqueue backend's command for this registration: translate from the
-    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue/command.rs`).
+    /// belief, submit, classify (as `Kqueue::command` in [`backends/kqueue/command.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/command.rs)).
     fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
         use kqc::Action::{Add, Delete, Disable, Enable};
         let (cmd, generation) = match command {
