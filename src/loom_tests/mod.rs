@@ -12,8 +12,10 @@
 //!   counters, the synthetic flag and the deliver loop, the code the real poller
 //!   runs) over a model kernel whose binary waker behaves as the backends' wakers
 //!   do;
-//! - `wake`: the scenarios of issue 8, points 1, 3 and 4, and the synthetic
-//!   event's wake-up (the arm/deliver Dekker pair);
+//! - `wake`: the scenarios of issue 8, points 1, 3 and 4, the synthetic
+//!   event's wake-up (the arm/deliver Dekker pair), and shutdown: 2 and 3 workers
+//!   that check a stop flag before `deliver`, stopped by one `shutdown`, and a
+//!   shutdown racing a notify;
 //! - `kernel`: a backend for a real `Poller` under loom (an epoll-like kernel in
 //!   a loom mutex);
 //! - `table`: the table's lock-free lookup on that poller: an arm or a fetched
