@@ -2,7 +2,7 @@
 //! each method in terms of the state table in `state` (the crate's `src/state.rs`).
 //!
 //! Backends: `Epoll` (Linux, Android), `Kqueue` (the BSDs,
-//! Apple; on Linux with `--cfg pollshot_libkqueue`) and
+//! Apple; on Linux with `--cfg pollshot_libkqueue`), `Ports` (illumos, Solaris) and
 //! [`Blocking`](crate::backends::Blocking) (poll(2), every Unix).
 //!
 //! [`Backend`] is the public name, *sealed*: it has no methods a user can call or
@@ -64,9 +64,9 @@ pub trait Driver: Send + Sync + Sized + 'static {
     const NAME: &'static str;
 
     /// Whether [`RawEvent::stamp`] is the arming generation (epoll: it rides in
-    /// `data.u64`; kqueue where the kernel stores `udata` on every change). If
-    /// not, it is the slot's incarnation (kqueue on NetBSD, OpenBSD and 32-bit
-    /// targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
+    /// `data.u64`; kqueue on 64-bit targets, whose re-arm record every kernel
+    /// stores `udata` from). If not, it is the slot's incarnation (kqueue on
+    /// 32-bit targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
     /// the table says armed.
     const TAG_IS_GENERATION: bool;
 

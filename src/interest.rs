@@ -11,7 +11,7 @@ use std::ops::BitOr;
 /// ([`Interest::BOTH`] is `READABLE | WRITABLE`). To stop reports,
 /// [`disarm`](crate::Poller::disarm) the registration instead.
 ///
-/// | interest | epoll (epoll_ctl(2)) | poll(2), io_uring `POLL_ADD` | kqueue (kqueue(2)) |
+/// | interest | epoll (epoll_ctl(2)) | poll(2), io_uring `POLL_ADD`, event ports (port_associate(3C)) | kqueue (kqueue(2)) |
 /// |---|---|---|---|
 /// | readable | `EPOLLIN \| EPOLLRDHUP` | `POLLIN` (and `POLLRDHUP` on Linux) | the `EVFILT_READ` knote |
 /// | writable | `EPOLLOUT` | `POLLOUT` | the `EVFILT_WRITE` knote |

@@ -142,7 +142,7 @@ fn idle(i: Interest, fired: Filters) -> (RegState, Recorder) {
 #[test]
 fn flags_are_the_portable_values() {
     assert_eq!(Add.flags(), 0x0081, "EV_ADD | EV_DISPATCH");
-    assert_eq!(Enable.flags(), 0x0084, "EV_ENABLE | EV_DISPATCH");
+    assert_eq!(Enable.flags(), 0x0085, "EV_ADD | EV_ENABLE | EV_DISPATCH");
     assert_eq!(Disable.flags(), 0x0088, "EV_DISABLE | EV_DISPATCH");
     assert_eq!(Delete.flags(), 0x0002, "EV_DELETE");
     assert_eq!(rec(Read, Enable).flags(), Enable.flags());
