@@ -36,6 +36,8 @@
 //! - a waiter reading the synthetic flag before counting itself;
 //! - a `deliver` that leaves synthetic events queued without waking the next
 //!   waiter;
+//! - a `deliver` that returns shut down without waking the kernel for another
+//!   counted waiter (one shutdown wake-up then ends one of two workers);
 //! - a new registration starting its generations at 0 (the slot's earlier
 //!   registration's event then completes the new arming);
 //! - a lookup that takes the slot's registration without comparing the token;
