@@ -2,10 +2,10 @@
 //!
 //! The documentation is on [`Epoll`], where rustdoc shows it.
 
-use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::backend::{Backend, Driver, Tag};
 use crate::error::classify;
-use crate::event::Readiness;
 use crate::interest::Interest;
+use crate::readiness::{RawEvent, Readiness};
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};

@@ -72,6 +72,7 @@ pub mod model;
 mod model;
 mod pipe;
 mod poller;
+mod readiness;
 #[cfg(feature = "model")]
 #[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod state;

@@ -77,10 +77,9 @@
 //! }
 //! ```
 
-pub use crate::backend::RawEvent;
-pub use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::kqueue_backend::changes as kqc;
+pub use crate::readiness::{RawEvent, Readiness};
 use crate::state::{Kernel, KernelError};
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
 use std::collections::BTreeMap;
