@@ -25,8 +25,9 @@ const BATCH: usize = 256;
 
 /// The epoll backend (Linux, Android): `EPOLLONESHOT` on every arm.
 ///
-/// Every epoll call the crate makes is in `backends/epoll.rs` (epoll_ctl(2), epoll_wait(2),
-/// eventfd(2)).
+/// Every epoll call the crate makes is in one file,
+/// [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs)
+/// (epoll_ctl(2), epoll_wait(2), eventfd(2)).
 ///
 /// - add: `EPOLL_CTL_ADD` with the interest, `EPOLLONESHOT` and (readable)
 ///   `EPOLLRDHUP`; `data.u64` = slot | generation << 32.

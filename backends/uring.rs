@@ -150,7 +150,8 @@ impl Shared {
 
 /// The io_uring backend (Linux, cargo feature `io-uring`): the arm rides on the wait.
 ///
-/// Every io_uring operation the crate makes is in `backends/uring.rs` (io_uring_setup(2),
+/// Every io_uring operation the crate makes is in one file,
+/// [`backends/uring.rs`](https://docs.rs/crate/pollshot/latest/source/backends/uring.rs) (io_uring_setup(2),
 /// io_uring_enter(2), `IORING_OP_POLL_ADD`, `IORING_OP_POLL_REMOVE`), through the
 /// `io-uring` crate, and so are the epoll_ctl(2) and epoll_wait(2) of its private
 /// epoll instance ("Half-closed sockets" below).

@@ -2,7 +2,7 @@
 //! each method in terms of the state table in `state` (the crate's `src/state.rs`).
 //!
 //! Backends: `Epoll` (Linux, Android), `Kqueue` (the BSDs,
-//! Apple; on Linux with `--cfg pollshot_libkqueue`) and
+//! Apple; on Linux with `--cfg pollshot_libkqueue`), `Ports` (illumos, Solaris) and
 //! [`Blocking`](crate::backends::Blocking) (poll(2), every Unix).
 //!
 //! [`Backend`] is the public name, *sealed*: it has no methods a user can call or

@@ -1,35 +1,7 @@
 //! How kernel refusals and misuse become `io::Error`s: the one place the mapping
-//! lives.
-//!
-//! # Errors from the kernel keep their errno
-//!
-//! When the kernel refuses a command, the caller gets the kernel's error as it came:
-//! `io::Error::from_raw_os_error(errno)`, so `raw_os_error()` is `Some(errno)` and
-//! `kind()` is what std derives from it (the convention of std, mio and polling):
-//!
-//! | errno | from | when | `kind()` |
-//! |---|---|---|---|
-//! | EBADF | `arm`, `disarm` (epoll_ctl(2), kevent(2); the poll(2) backend's first-arm check) | the descriptor is closed; for `arm` after the ENOENT→ADD fallback too (the number is free) | `Uncategorized` |
-//! | ENOMEM, ENOSPC | `arm` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
-//! | EMFILE, ENFILE, ENOMEM | `Poller::new`, `reinit_after_fork` | creating the instance or its waker | `Uncategorized`, `OutOfMemory` |
-//! | EINTR | `deliver` | a signal arrived before any event | `Interrupted` |
-//! | any other | any call | passed on unchanged | std's |
-//!
-//! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
-//! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from
-//! epoll and EINVAL from kqueue on a descriptor they cannot poll (regular files,
-//! `/dev/null`: reported always ready), and ENOENT or EBADF on a delete (the kernel
-//! already dropped the descriptor). If a fallback fails too, its own errno is the
-//! one returned.
-//!
-//! # pollshot's own errors carry a message
-//!
-//! | kind | when |
-//! |---|---|
-//! | `NotFound` | a token names no live registration |
-//! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
-//! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
-//! | `OutOfMemory` | past the table's slot limit |
+//! lives. The rules (the kernel's errno as it came; pollshot's own errors with a
+//! message) and their tables are in the crate docs' `# Errors` section
+//! (`src/lib.rs`), where users see them.
 
 use crate::state::KernelError;
 use std::io;

@@ -23,7 +23,8 @@ use std::fmt;
 /// An event reports the directions of the interest its arming asked for, plus
 /// errors; a direction that was not asked for is never set, whatever the kernel
 /// said (epoll reports hang-ups and errors on every registration; kqueue reports per
-/// filter; poll(2) per descriptor). Within those directions:
+/// filter; poll(2) per descriptor). Within those directions (event ports report
+/// poll(2) bits: their column is poll(2)'s):
 ///
 /// | method | set when | epoll | kqueue | poll(2) |
 /// |---|---|---|---|---|
@@ -40,8 +41,8 @@ use std::fmt;
 /// were asked for.
 ///
 /// A descriptor closed while armed is never reported (epoll drops a closed
-/// descriptor from its set; the poll(2) backend drops one that poll(2) answers
-/// `POLLNVAL` for): its registration stays armed in the table, and the next
+/// descriptor from its set; close removes an event port's association; the poll(2)
+/// backend drops one that poll(2) answers `POLLNVAL` for): its registration stays armed in the table, and the next
 /// [`arm`](crate::Poller::arm) with another interest fails with EBADF (or, if the
 /// number was reused, watches the new descriptor). Deregister before closing.
 #[derive(Clone, Copy, PartialEq, Eq)]

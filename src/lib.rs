@@ -12,14 +12,25 @@
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
-//! Android, kqueue only on its targets, so those two are named here without links).
-//! All of them run one pure state machine (`src/state.rs`: the state table of the
-//! repository's `docs/design.md`, one row per match arm), so they behave the same. See [`Poller`] for the API and
-//! an example, [`Event`] for what an event means on every backend, and the crate
-//! README for the guarantees.
+//! Android, kqueue only on its targets, event ports only on illumos and Solaris, so
+//! those are named here without links; docs.rs documents the crate for Linux,
+//! FreeBSD and macOS: pick the platform in its menu). All of them run one pure state
+//! machine (public, with the feature `model`, as `pollshot::state`), so they behave
+//! the same. See [`Poller`] for the API and an example, [`Event`] for what an event
+//! means on every backend, and the
+//! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
+//! crates.io and docs.rs) for the guarantees and limits.
+//!
+//! # Writing a runtime
+//!
+//! [`guide`] walks through what a runtime builds around [`Poller::deliver`]:
+//! several threads on one poller, timers and deadlines, cutting a blocked
+//! `deliver` short, write backpressure, closing, shutdown and fork, with a
+//! multi-threaded echo server to copy.
 //!
 //! # The 1:1 path
 //!
@@ -30,10 +41,36 @@
 //!
 //! # Errors
 //!
-//! Errors the kernel returned keep their errno (`raw_os_error()`); pollshot's own
-//! (an unknown token, use in a forked child, the poller's own descriptor) carry a
-//! message. The table of which call returns which is in the crate's `src/error.rs`
-//! and in each method's `# Errors` section.
+//! Each method's `# Errors` section says what it returns and when; the rules
+//! behind them are these.
+//!
+//! When the kernel refuses a command, the caller gets the kernel's error as it came:
+//! `io::Error::from_raw_os_error(errno)`, so `raw_os_error()` is `Some(errno)` and
+//! `kind()` is what std derives from it (the convention of std, mio and polling):
+//!
+//! | errno | from | when | `kind()` |
+//! |---|---|---|---|
+//! | EBADF | `arm`, `disarm` (epoll_ctl(2), kevent(2); the poll(2) backend's first-arm check) | the descriptor is closed; for `arm` after the ENOENT→ADD fallback too (the number is free) | `Uncategorized` |
+//! | ENOMEM, ENOSPC | `arm` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
+//! | EMFILE, ENFILE, ENOMEM | `Poller::new`, `reinit_after_fork` | creating the instance or its waker | `Uncategorized`, `OutOfMemory` |
+//! | EINTR | `deliver` | a signal arrived before any event | `Interrupted` |
+//! | any other | any call | passed on unchanged | std's |
+//!
+//! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
+//! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from
+//! epoll and EINVAL from kqueue on a descriptor they cannot poll (regular files,
+//! `/dev/null`: reported always ready), and ENOENT or EBADF on a delete (the kernel
+//! already dropped the descriptor). If a fallback fails too, its own errno is the
+//! one returned.
+//!
+//! pollshot's own errors carry a message:
+//!
+//! | kind | when |
+//! |---|---|
+//! | `NotFound` | a token names no live registration |
+//! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
+//! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
+//! | `OutOfMemory` | past the table's slot limit |
 //!
 //! # Cargo features and cfgs
 //!
@@ -59,6 +96,7 @@ mod deadline;
 mod error;
 mod event;
 mod fork;
+pub mod guide;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
@@ -104,18 +142,25 @@ mod kqueue_backend;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
 #[path = "../backends/uring.rs"]
 mod uring_backend;
+// Compiled on every target: its translation (poll bits, the user word) is pure,
+// unit tested everywhere and used by the kernel model; the backend itself only on
+// illumos and Solaris.
+#[path = "../backends/ports/mod.rs"]
+mod ports_backend;
 
 /// The kernel interfaces. Each one compiled for the target is nameable here, so one
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
 /// `Epoll` is there on Linux and Android, `Kqueue` on the BSDs and Apple targets,
-/// `Uring` on Linux with the cargo feature `io-uring`, and `Blocking` (poll(2))
-/// everywhere.
+/// `Ports` (event ports) on illumos and Solaris, `Uring` on Linux with the cargo
+/// feature `io-uring`, and `Blocking` (poll(2)) everywhere.
 pub mod backends {
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub use crate::epoll_backend::Epoll;
     #[cfg(pollshot_kqueue)]
     pub use crate::kqueue_backend::Kqueue;
+    #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+    pub use crate::ports_backend::Ports;
     #[cfg(all(feature = "io-uring", target_os = "linux"))]
     #[cfg_attr(docsrs, doc(cfg(all(feature = "io-uring", target_os = "linux"))))]
     pub use crate::uring_backend::Uring;
@@ -140,6 +185,13 @@ cfg_if::cfg_if! {
         pub type DefaultBackend = backends::Kqueue;
         /// Whether the default backend multiplexes with a kernel oneshot mechanism
         /// (`EV_DISPATCH` here). When false, consider the 1:1 path, [`blocking`].
+        pub const MULTIPLEXES_ONESHOT: bool = true;
+    } else if #[cfg(any(target_os = "illumos", target_os = "solaris"))] {
+        /// The default backend for this target: event ports, `port_associate(3C)`.
+        pub type DefaultBackend = backends::Ports;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (event ports: a retrieved event dissociates the descriptor). When false,
+        /// consider the 1:1 path, [`blocking`].
         pub const MULTIPLEXES_ONESHOT: bool = true;
     } else {
         /// The default backend for this target: neither epoll nor kqueue exists, so

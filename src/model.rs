@@ -32,13 +32,14 @@
 //! - [`Semantics::Poll`]: the in-memory set of pollshot's poll(2) backend, keyed by
 //!   the registration's slot, polled by descriptor number at wait time (a closed
 //!   number reports `POLLNVAL`; a reused number reports the new description).
+//! - [`Semantics::Ports`]: illumos event ports (`ports.rs`, [`PortAssociation`]).
 //!
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
-//! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
-//! the kqueue backend's own pure translator, `changes` in `backends/kqueue/changes.rs`,
+//! kernel's calls exactly as the backend does (epoll: [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs); kqueue:
+//! the kqueue backend's own pure translator, `changes` in [`backends/kqueue/changes.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/changes.rs),
 //! with its per-registration belief of what the kernel holds, submitted at once;
-//! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
+//! poll: [`backends/blocking.rs`](https://docs.rs/crate/pollshot/latest/source/backends/blocking.rs)). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
 //! [`RawEvent`]s with the slot and stamp a backend would decode (the arming
 //! generation; with [`Semantics::KqueueFixedUdata`], the slot's incarnation), each
@@ -84,6 +85,9 @@ use crate::state::{Kernel, KernelError};
 use crate::token::{incarnation_in_usize, pack64, pack_usize, unpack64, unpack_usize};
 use std::collections::BTreeMap;
 use std::io;
+
+mod ports;
+pub use ports::PortAssociation;
 
 /// A descriptor number, as in the process's descriptor table (`RawFd`).
 pub type Fd = i32;
@@ -166,6 +170,8 @@ pub enum Semantics {
     Poll,
     /// kqueue(2) where only `EV_ADD` stores `udata` (NetBSD, OpenBSD).
     KqueueFixedUdata,
+    /// illumos event ports, `port_associate` with the generation in `user`.
+    Ports,
 }
 
 impl Semantics {
@@ -413,7 +419,7 @@ pub struct Calls {
 
 /// What the kqueue backend believes the kernel holds for one registration, and
 /// which filters fired since its last command (its per-slot view in
-/// `backends/kqueue/queue.rs`).
+/// [`backends/kqueue/queue.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/queue.rs)).
 #[derive(Clone, Copy, Debug, Default)]
 struct Belief {
     incarnation: u32,
@@ -455,6 +461,7 @@ pub struct Model {
     epoll: BTreeMap<(DescId, Fd), EpollEntry>,
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
+    ports: ports::Associations,
     /// kqueue: the backend's belief per registration, by slot.
     beliefs: BTreeMap<u32, Belief>,
     /// kqueue: the change records the registrations' commands sent.
@@ -483,7 +490,7 @@ fn interest_from(read: bool, write: bool) -> Option<Interest> {
     Interest::from_bits(read as u8 | (write as u8) << 1)
 }
 
-/// epoll flags for an arm, as `backends/epoll.rs` sets them.
+/// epoll flags for an arm, as [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs) sets them.
 pub const fn epoll_flags_for(interest: Interest) -> u32 {
     let mut f = epoll::ONESHOT;
     if interest.is_readable() {
@@ -495,7 +502,7 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     f
 }
 
-/// Readiness from epoll's `events`, as `backends/epoll.rs` decodes it (the same
+/// Readiness from epoll's `events`, as [`backends/epoll.rs`](https://docs.rs/crate/pollshot/latest/source/backends/epoll.rs) decodes it (the same
 /// function: [`Readiness::from_epoll`]).
 pub const fn epoll_readiness(flags: u32) -> Readiness {
     Readiness::from_epoll(flags)
@@ -510,7 +517,7 @@ const POLL_RDHUP: u32 = if cfg!(any(target_os = "linux", target_os = "android"))
 };
 
 /// Readiness from poll(2)'s `revents` in epoll bit values, as
-/// `backends/blocking.rs` decodes it (the same function:
+/// [`backends/blocking.rs`](https://docs.rs/crate/pollshot/latest/source/backends/blocking.rs) decodes it (the same function:
 /// [`Readiness::from_epoll`]). `POLLNVAL` (a closed number) is no event: the backend
 /// drops the entry, as epoll drops a closed descriptor.
 pub const fn poll_readiness(revents: u32) -> Readiness {
@@ -551,6 +558,7 @@ impl Model {
             epoll: BTreeMap::new(),
             knotes: BTreeMap::new(),
             pollset: BTreeMap::new(),
+            ports: BTreeMap::new(),
             beliefs: BTreeMap::new(),
             sent: Vec::new(),
             notified: false,
@@ -649,6 +657,7 @@ impl Model {
     pub fn close(&mut self, fd: Fd) -> Result<(), Errno> {
         let desc = self.fds.remove(&fd).ok_or(Errno::BadF)?;
         self.knotes.retain(|&(ident, _), _| ident != fd);
+        self.port_close(fd);
         let d = &mut self.descs[desc.0 as usize];
         d.refs -= 1;
         if d.refs == 0 {
@@ -717,6 +726,7 @@ impl Model {
         self.epoll.clear();
         self.knotes.clear();
         self.pollset.clear();
+        self.ports.clear();
         self.beliefs.clear();
         self.sent.clear();
         self.log.clear();
@@ -908,7 +918,7 @@ impl Model {
     /// After a delivery that completed an arming of the registration on `fd` in
     /// `slot`, incarnation `incarnation`: kqueue disables its filters that did not
     /// fire, unless a command for it came after the event was read (then that
-    /// command decided), as `Backend::delivered` does in `backends/kqueue/backend.rs`
+    /// command decided), as `Backend::delivered` does in [`backends/kqueue/backend.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/backend.rs)
     /// (`changes::after_delivery`); nothing on other semantics.
     pub fn delivered(&mut self, fd: Fd, slot: u32, incarnation: u32) {
         if !self.semantics.is_kqueue() {
@@ -978,6 +988,7 @@ impl Model {
                     tag: Some(pack64(slot, e.generation)),
                 },
             },
+            Semantics::Ports => self.port_view(fd),
         }
     }
 
@@ -1100,6 +1111,7 @@ impl Model {
                     self.pollset.remove(&slot);
                 }
             }
+            Semantics::Ports => self.port_wait(max, &mut out),
         }
         out
     }
@@ -1179,6 +1191,7 @@ impl Model {
                     filter: None,
                 })
             }
+            Semantics::Ports => self.port_force_report(fd),
         }
     }
 
@@ -1190,7 +1203,7 @@ impl Model {
         match self.semantics {
             Semantics::Kqueue => pack_usize(slot, generation) as u64,
             Semantics::KqueueFixedUdata => pack_usize(slot, incarnation) as u64,
-            Semantics::Epoll | Semantics::Poll => pack64(slot, generation),
+            Semantics::Epoll | Semantics::Poll | Semantics::Ports => pack64(slot, generation),
         }
     }
 
@@ -1213,7 +1226,7 @@ impl Model {
 /// | quiet | `MOD`, `ONESHOT` alone | `EV_DISABLE \| EV_DISPATCH` per enabled filter; all ENOENT: `NotFound` | disarm, ENOENT if absent |
 /// | delete | `DEL` | `EV_DELETE` per added filter | remove, ENOENT if absent |
 ///
-/// The kqueue column is the backend's translator (`backends/kqueue/changes.rs`,
+/// The kqueue column is the backend's translator ([`backends/kqueue/changes.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/changes.rs),
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
@@ -1241,7 +1254,7 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 
 impl RegKernel<'_> {
     /// The kqueue backend's command for this registration: translate from the
-    /// belief, submit, classify (as `Kqueue::command` in `backends/kqueue/command.rs`).
+    /// belief, submit, classify (as `Kqueue::command` in [`backends/kqueue/command.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/command.rs)).
     fn kqueue(&mut self, command: Command) -> Result<(), KernelError> {
         use kqc::Action::{Add, Delete, Disable, Enable};
         let (cmd, generation) = match command {
@@ -1416,6 +1429,7 @@ impl RegKernel<'_> {
                 .remove(&self.slot)
                 .map(drop)
                 .ok_or(Errno::NoEnt),
+            (Semantics::Ports, command) => self.model.port_run(self.fd, self.slot, command, origin),
         };
         self.model.log.push(CommandRecord {
             command,

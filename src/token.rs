@@ -1,15 +1,7 @@
 //! [`Token`]: the name of a registration, and the tags that ride in the kernel.
 //!
-//! # Packing
-//!
-//! A token is 64 bits on every target: the low 32 bits are the registered
-//! descriptor number, which is also the registration's slot in the poller's table
-//! (one slot per number), the high 32 bits are the registration's *incarnation*, a
-//! process-wide counter taken when the registration is made. A number deregistered
-//! (or superseded) and registered again gets a new incarnation, so a token kept
-//! past its deregistration (or an [`Event`] fetched before it) never names the new
-//! registration (scenario P01), and a token of another poller names no
-//! registration of this one.
+//! A token's layout (descriptor number low, incarnation high) is documented on
+//! [`Token`], where users see it.
 //!
 //! The kernel tag is backend specific:
 //!
@@ -33,19 +25,34 @@
 //! which needs 2^32 armings of that number (on 32-bit kqueue: 2^12 registrations
 //! made in the process while the number was re-registered) between the kernel
 //! queueing the event and the poller reading it.
-//!
-//! [`Event`]: crate::Event
 
 use std::fmt;
 
 /// The name of a registration, handed out by [`Poller::register`](crate::Poller::register).
 ///
-/// `Copy`, comparable and hashable; unique in the process (across pollers) up to
-/// the wrap-around of a 32-bit incarnation counter (see the module docs for the
-/// layout).
-/// [`Token::index`] is the registered descriptor number (a small dense integer
-/// suitable for indexing a `Vec`); compare the whole token to tell a live
-/// registration from an earlier one of the same number.
+/// `Copy`, comparable and hashable; 64 bits on every target, in two halves:
+///
+/// - [`index`](Token::index), the low 32 bits: the registered descriptor number,
+///   which is also the registration's slot in the poller's table. A number has
+///   one registration at a time, so the index is a small dense integer for
+///   indexing a runtime's own `Vec` of per-descriptor state, and the same index
+///   comes back when the number is registered again.
+/// - [`incarnation`](Token::incarnation), the high 32 bits: a process-wide counter
+///   taken when the registration is made. A number deregistered (or superseded by
+///   a later registration of the same number) and registered again gets a new
+///   incarnation, so a token kept past its deregistration, or an
+///   [`Event`](crate::Event) fetched before it, never names the new registration,
+///   and a token of another poller names no registration of this one.
+///
+/// So compare the whole token, not the index alone, to tell a live registration
+/// from an earlier one of the same number: a call with a token that names no live
+/// registration fails with `ErrorKind::NotFound`. Tokens are unique in the process
+/// until the incarnation counter wraps, 2^32 registrations later. On 32-bit
+/// targets descriptor numbers of 2^20 and more cannot be registered
+/// (`register` refuses them with `InvalidInput`: the kqueue tag keeps 20 bits
+/// of the number, and every backend refuses them alike).
+/// [`to_u64`](Token::to_u64) and [`from_u64`](Token::from_u64) convert a token to
+/// and from its 64 bits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(u64);
 

@@ -123,3 +123,53 @@ mod io_once {
         assert_eq!(calls, 2);
     }
 }
+
+/// A socket deregistered and closed while another thread is blocked in poll(2)
+/// with it in its set is released at once: its peer reads EOF. (poll(2) holds
+/// the file of each descriptor it watches until it returns; the deregister wakes
+/// the waiter to poll the set without it.) 20 trials.
+mod release {
+    use crate::common::socketpair;
+    use pollshot::backends::Blocking;
+    use pollshot::{Events, Interest, Poller};
+    use std::io::Read;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn deregister_then_close_releases_the_socket_under_a_blocked_waiter() {
+        for trial in 0..20 {
+            let poller = Arc::new(Poller::<Blocking>::with_backend().unwrap());
+            let (mut a, b) = socketpair();
+            a.set_nonblocking(false).unwrap();
+            a.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let t = poller.register(&b).unwrap();
+            poller.arm(t, Interest::READABLE).unwrap();
+            let waiter = {
+                let poller = Arc::clone(&poller);
+                std::thread::spawn(move || {
+                    let mut events = Events::with_capacity(4);
+                    let n = poller.deliver(&mut events, None).unwrap();
+                    (n, events.is_notified())
+                })
+            };
+            while poller.waiters() == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(2)); // into poll(2), most trials
+            poller.deregister(t).unwrap();
+            drop(b);
+            let mut buf = [0u8; 1];
+            let n = a
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+            assert_eq!(n, 0, "trial {trial}: EOF");
+            poller.notify().unwrap();
+            assert_eq!(
+                waiter.join().unwrap(),
+                (0, true),
+                "trial {trial}: only the notify ends it"
+            );
+        }
+    }
+}

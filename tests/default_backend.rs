@@ -12,7 +12,12 @@ suite!(pollshot::DefaultBackend);
 const _: () = assert!(!pollshot::MULTIPLEXES_ONESHOT);
 #[cfg(all(
     not(pollshot_force_blocking),
-    any(target_os = "linux", target_os = "android")
+    any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "illumos",
+        target_os = "solaris"
+    )
 ))]
 const _: () = assert!(pollshot::MULTIPLEXES_ONESHOT);
 
@@ -24,6 +29,8 @@ fn default_backend_matches_cfg() {
         assert_eq!(name, "blocking");
     } else if cfg!(any(target_os = "linux", target_os = "android")) {
         assert_eq!(name, "epoll");
+    } else if cfg!(any(target_os = "illumos", target_os = "solaris")) {
+        assert_eq!(name, "ports");
     }
 }
 

@@ -41,7 +41,8 @@ enum Waker {
 /// The kqueue backend (FreeBSD, DragonFly, NetBSD, OpenBSD, Apple targets):
 /// `EV_DISPATCH` on every arm, the changes riding on the next kevent(2) call, and a
 /// deregister that has taken effect in the kernel when it returns. The commands it
-/// issues and how the kernels differ are documented in `backends/kqueue/mod.rs`.
+/// issues and how the kernels differ are documented in the backend's source,
+/// [`backends/kqueue/mod.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/mod.rs).
 pub struct Kqueue {
     /// `ManuallyDrop`: in a forked child the number is not ours to close.
     kq: ManuallyDrop<OwnedFd>,

@@ -25,10 +25,10 @@
 //!
 //! Parity ([`run_parity`]): the same operations run on epoll, both kqueue
 //! semantics (`udata` carrying the generation, or fixed at `EV_ADD`; only the
-//! latter on 32-bit targets, see [`SEMANTICS`]) and poll
-//! semantics must deliver the same armings at the same operations, and give the
-//! same results, for every registration that was not left behind by a close
-//! (tainted) or raced on kqueue (see [`Owner::raced`]).
+//! latter on 32-bit targets, see [`SEMANTICS`]), poll and event ports semantics
+//! must deliver the same armings at the same operations, and give the same
+//! results, for every registration that was not left behind by a close (tainted)
+//! or raced on kqueue (see [`Owner::raced`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
@@ -1082,6 +1082,9 @@ impl Sim {
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
                 Phase::Idle if sem == Semantics::KqueueFixedUdata && o.raced => view.present,
+                // Event ports: a quiet (`port_dissociate`) removes the association,
+                // a retrieved event leaves it inactive: either way nothing armed.
+                Phase::Idle if sem == Semantics::Ports => view.armed.is_none(),
                 Phase::Idle => view.present && view.armed.is_none(),
                 // Every filter of the interest carries this arming's udata and
                 // is enabled, or fired (an event of it in a thread's hands); no
@@ -1227,23 +1230,26 @@ impl Sim {
     }
 }
 
-/// The semantics [`run_parity`] runs: epoll, both kqueue semantics and poll. On
-/// 32-bit targets only the kqueue with `udata` fixed at `EV_ADD`: a 32-bit `udata`
-/// has 12 bits left after the slot, too few for the generation, so no 32-bit
-/// kqueue backend carries it there (`UDATA_IS_GENERATION` in
+/// The semantics [`run_parity`] runs: epoll, both kqueue semantics, poll and event
+/// ports. On 32-bit targets only the kqueue with `udata` fixed at `EV_ADD`: a
+/// 32-bit `udata` has 12 bits left after the slot, too few for the generation, so
+/// no 32-bit kqueue backend carries it there (`UDATA_IS_GENERATION` in
 /// `backends/kqueue/sys.rs`), and the model's `pack_usize` would cut it to 12 bits.
+/// (The event ports model keeps a 64-bit user word on every target.)
 pub const SEMANTICS: &[Semantics] = if cfg!(target_pointer_width = "64") {
     &[
         Semantics::Epoll,
         Semantics::Kqueue,
         Semantics::KqueueFixedUdata,
         Semantics::Poll,
+        Semantics::Ports,
     ]
 } else {
     &[
         Semantics::Epoll,
         Semantics::KqueueFixedUdata,
         Semantics::Poll,
+        Semantics::Ports,
     ]
 };
 

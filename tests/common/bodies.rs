@@ -351,8 +351,9 @@ pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
     } else {
         assert_eq!(s.wakes, 1, "{s:?}");
     }
-    if B::NAME == "epoll" {
-        // The eventfd is edge-triggered: a wake-up needs no drain.
+    if B::NAME == "epoll" || B::NAME == "ports" {
+        // The eventfd is edge-triggered, a port_send event is taken by the wait
+        // that retrieves it: a wake-up needs no drain.
         assert_eq!(s.wake_reads, 0, "{s:?}");
     } else if B::NAME == "blocking" {
         // One pipe read that comes back short.
