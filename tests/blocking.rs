@@ -1,5 +1,6 @@
 //! The shared suite (`tests/common`) on the poll(2) backend, which every Unix has,
 //! and the 1:1 helper `pollshot::blocking::io_once`.
+#![cfg(unix)]
 
 #[macro_use]
 mod common;

@@ -4,6 +4,7 @@
 //!
 //! No timing decides a result: waits are for conditions (a byte, an EOF, a
 //! counter), and a watchdog only turns a hang into a failure.
+#![cfg(unix)]
 
 #[allow(dead_code)] // the example's `main` and what only it uses
 #[path = "../examples/echo_server.rs"]
