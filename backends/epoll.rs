@@ -2,10 +2,10 @@
 //!
 //! The documentation is on [`Epoll`], where rustdoc shows it.
 
-use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::backend::{Backend, Driver, Tag};
 use crate::error::classify;
-use crate::event::Readiness;
 use crate::interest::Interest;
+use crate::readiness::{RawEvent, Readiness};
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};
@@ -119,21 +119,19 @@ impl Epoll {
         if self.no_pwait2.load(Ordering::Relaxed) {
             return None;
         }
-        let ts = libc::timespec {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        };
+        let ts = KernelTimespec::from(t);
         // SAFETY: epoll_pwait2(2) writes at most `buf.len()` `struct epoll_event`s
         // into `buf`, whose element type is layout-identical to the kernel's
         // (rustix's `epoll::Event` is `repr(C)`, packed on x86_64 as the kernel's);
-        // `ts` outlives the call; a null sigmask leaves the signal mask alone.
+        // `ts` is the kernel's `struct __kernel_timespec` and outlives the call; a
+        // null sigmask leaves the signal mask alone.
         let n = unsafe {
             libc::syscall(
                 libc::SYS_epoll_pwait2,
                 self.epoll.as_raw_fd(),
                 buf.as_mut_ptr(),
                 buf.len() as libc::c_int,
-                &ts as *const libc::timespec,
+                &ts as *const KernelTimespec,
                 std::ptr::null::<libc::sigset_t>(),
                 0usize,
             )
@@ -305,6 +303,32 @@ impl Driver for Epoll {
 impl AsFd for Epoll {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.epoll.as_fd()
+    }
+}
+
+/// The kernel's `struct __kernel_timespec` (include/uapi/linux/time_types.h): what
+/// epoll_pwait2(2) reads, two 64-bit fields on every target. On 32-bit targets it
+/// is not `libc::timespec`, whose `time_t` and `long` are 32 bits there: the kernel
+/// (`get_timespec64`, kernel/time/time.c) would read 16 bytes from an 8-byte struct
+/// and answer EINVAL for the stack bytes it took as nanoseconds
+/// (`poll_select_set_timeout`, called from `epoll_pwait2` in fs/eventpoll.c).
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+#[cfg(target_os = "linux")]
+impl From<Duration> for KernelTimespec {
+    /// Exact: whole seconds and nanoseconds (the caller keeps `t` below
+    /// `i32::MAX` milliseconds, so the seconds always fit).
+    fn from(t: Duration) -> KernelTimespec {
+        KernelTimespec {
+            tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(t.subsec_nanos()),
+        }
     }
 }
 

@@ -10,9 +10,11 @@
 //! backends is the crate's to keep, and their internals can change without a
 //! breaking release.
 
-use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::raw::RawFd;
+// `crate::backend::RawEvent` stays a path to it (`src/readiness.rs` owns it).
+pub(crate) use crate::readiness::RawEvent;
+use crate::readiness::Readiness;
 use crate::state::KernelError;
 use crate::stats::Counters;
 use std::io;
@@ -35,19 +37,6 @@ pub struct Tag {
     pub incarnation: u32,
     /// The generation this command installs (epoll writes it into `data.u64`).
     pub generation: u32,
-}
-
-/// One kernel event, before the poller checks it against the table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawEvent {
-    /// The slot the kernel tag names.
-    pub slot: u32,
-    /// The stamp the kernel tag carries: the arming generation on a backend whose
-    /// kernel tag holds it (epoll: `data.u64`), else the slot's incarnation (kqueue:
-    /// `udata`, fixed at `EV_ADD`).
-    pub stamp: u32,
-    /// What the kernel reported.
-    pub readiness: Readiness,
 }
 
 /// The contract a kernel interface implements (crate-private: see [`Backend`]).

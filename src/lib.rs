@@ -118,6 +118,7 @@ mod model;
 mod pipe;
 mod poller;
 mod raw;
+mod readiness;
 #[cfg(feature = "model")]
 #[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod state;

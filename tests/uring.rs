@@ -165,7 +165,7 @@ mod uring_only {
     #[test]
     fn completion_queue_overflow_loses_nothing() {
         const N: usize = 1200;
-        raise_nofile(N as u64 + 512);
+        raise_nofile((N + 512) as libc::rlim_t);
         let p = poller::<Uring>();
         let null = crate::common::dev_null();
         let fds: Vec<OwnedFd> = (0..N)
@@ -519,7 +519,7 @@ mod uring_only {
     }
 
     /// Raises the soft descriptor limit to `want` (at most the hard limit).
-    fn raise_nofile(want: u64) {
+    fn raise_nofile(want: libc::rlim_t) {
         let mut lim = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,

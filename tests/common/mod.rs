@@ -69,6 +69,7 @@ macro_rules! suite {
             notify_1000_from_4_threads_never_lost,
             notify_coalesces,
             bad_negative_fd,
+            descriptor_numbers_up_to_the_token_limit,
             bad_register_own_descriptor,
             bad_closed_fd,
             errno_reused_by_dev_null_is_always_ready_not_an_error,
