@@ -3,7 +3,7 @@
 //! The documentation is on [`Uring`], where rustdoc shows it.
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
-use crate::deadline::Deadline;
+use crate::deadline::Countdown;
 use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::state::KernelError;
@@ -1112,7 +1112,7 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = Deadline::new(timeout);
+        let deadline = Countdown::new(timeout);
         self.note_submitter();
         let mut g = self.lock();
         let mut polls = 0u8;
