@@ -56,11 +56,18 @@ impl Set {
 ///
 /// - add, re-arm, quiet and delete change an in-memory set: no system call. An arm
 ///   made while threads are blocked in poll(2) wakes them (one pipe write) so that
-///   they poll the new set; a quiet or delete needs no wake (what it removes is
-///   checked again before anything is delivered). The set has a version, bumped by
-///   each arm, and the pipe is drained only once no blocked waiter polls a set older
+///   they poll the new set; a quiet needs no wake (what it removes is checked
+///   again before anything is delivered). The set has a version, bumped by each
+///   arm, and the pipe is drained only once no blocked waiter polls a set older
 ///   than the current one: a waiter that returns early cannot take the wake-up
 ///   meant for another one still polling without the new arm.
+/// - a delete made while threads are blocked in poll(2) is an arm's opposite: a
+///   thread in poll(2) holds a reference to every file in its set, so the delete
+///   bumps the version, wakes them (one pipe write) and returns once each waiter
+///   that polled an older set has returned from poll(2). When `deregister`
+///   returns no poll(2) call holds the descriptor, and a `close` right after
+///   releases it. With no thread in poll(2) it costs nothing; the wake-up is the
+///   arm's, so a notify's count is untouched.
 /// - a wait polls every armed descriptor and the waker pipe; each reported
 ///   descriptor that is still armed with the same generation is disarmed in the set
 ///   and delivered, so one arming gives one delivery even with several waiters.
@@ -246,12 +253,36 @@ impl Driver for Blocking {
         })
     }
 
+    /// A waiter blocked in poll(2) holds a reference to every file in its set,
+    /// and the set it polls may hold this descriptor (a snapshot taken while it
+    /// was armed). So a delete made while waiters are polling bumps the set's
+    /// version, wakes them (one pipe write, unless a byte is there) and waits
+    /// until every waiter that polled an older set has returned from poll(2)
+    /// (they poll the new set, without this descriptor, next); with no waiter
+    /// polling it costs nothing.
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
-        match self.set().regs.remove(&tag.slot) {
-            Some(_) => Ok(()),
-            None => Err(KernelError::NotFound),
+        let mut set = self.set();
+        if set.regs.remove(&tag.slot).is_none() {
+            return Err(KernelError::NotFound);
         }
+        if set.polling.is_empty() {
+            return Ok(());
+        }
+        set.version = set.version.wrapping_add(1);
+        let version = set.version;
+        drop(set);
+        // As for an arm, the byte stays in the pipe until no waiter polls a set
+        // older than the current one (`wait`), so none of them can miss it.
+        self.kick().map_err(KernelError::Other)?;
+        let mut set = self.set();
+        while set.polling.iter().any(|&v| v < version) {
+            set = self
+                .caught_up
+                .wait(set)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
     }
 
     fn wait(

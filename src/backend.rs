@@ -12,10 +12,10 @@
 
 use crate::event::Readiness;
 use crate::interest::Interest;
+use crate::raw::RawFd;
 use crate::state::KernelError;
 use crate::stats::Counters;
 use std::io;
-use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// A kernel interface a [`Poller`](crate::Poller) can run on: one of the types in
@@ -64,9 +64,9 @@ pub trait Driver: Send + Sync + Sized + 'static {
     const NAME: &'static str;
 
     /// Whether [`RawEvent::stamp`] is the arming generation (epoll: it rides in
-    /// `data.u64`; kqueue where the kernel stores `udata` on every change). If
-    /// not, it is the slot's incarnation (kqueue on NetBSD, OpenBSD and 32-bit
-    /// targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
+    /// `data.u64`; kqueue on 64-bit targets, whose re-arm record every kernel
+    /// stores `udata` from). If not, it is the slot's incarnation (kqueue on
+    /// 32-bit targets: `udata` is fixed at `EV_ADD`), and an event is current exactly when
     /// the table says armed.
     const TAG_IS_GENERATION: bool;
 

@@ -50,6 +50,7 @@ impl Deadline {
 
     /// Whether no time is left: a zero timeout, or a deadline that has passed.
     #[inline]
+    #[cfg_attr(windows, allow(dead_code))] // used by the poll(2) paths only
     pub(crate) fn passed(&self) -> bool {
         self.left() == Some(Duration::ZERO)
     }

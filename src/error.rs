@@ -3,14 +3,14 @@
 //! message) and their tables are in the crate docs' `# Errors` section
 //! (`src/lib.rs`), where users see them.
 
+use crate::raw::RawFd;
 use crate::state::KernelError;
 use std::io;
-use std::os::fd::RawFd;
 
 /// The `io::Error` for a kernel refusal: the kernel's errno as it came.
 pub(crate) fn kernel(e: KernelError) -> io::Error {
     match e {
-        KernelError::BadFd => io::Error::from_raw_os_error(libc::EBADF),
+        KernelError::BadFd => io::Error::from_raw_os_error(crate::raw::EBADF),
         KernelError::NotFound => io::Error::from_raw_os_error(libc::ENOENT),
         KernelError::Exists => io::Error::from_raw_os_error(libc::EEXIST),
         KernelError::NotPollable => io::Error::from_raw_os_error(libc::EPERM),
@@ -38,6 +38,7 @@ pub(crate) fn forked(op: &'static str) -> io::Error {
 }
 
 /// A negative descriptor number.
+#[cfg(unix)]
 pub(crate) fn negative_fd(fd: RawFd) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,

@@ -149,6 +149,15 @@ impl Readiness {
 /// backend drops one that poll(2) answers `POLLNVAL` for): its registration stays armed in the table, and the next
 /// [`arm`](crate::Poller::arm) with another interest fails with EBADF (or, if the
 /// number was reused, watches the new descriptor). Deregister before closing.
+///
+/// On Windows (AFD poll events, `backends/windows/afd.rs`): readable is
+/// `RECEIVE`, `ACCEPT`, `DISCONNECT`, `ABORT`, `CONNECT_FAIL`, `LOCAL_CLOSE`;
+/// writable is `SEND`, `ABORT`, `CONNECT_FAIL`, `LOCAL_CLOSE`; read-closed is
+/// `DISCONNECT` (the peer's graceful close or `shutdown(Write)`), `ABORT`,
+/// `CONNECT_FAIL`, `LOCAL_CLOSE`; write-closed is `ABORT`, `CONNECT_FAIL`,
+/// `LOCAL_CLOSE`; error is `ABORT` (a reset) and `CONNECT_FAIL` (a refused
+/// connect). Unlike epoll, a socket closed while armed *is* reported, once:
+/// `LOCAL_CLOSE`, both directions closed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,

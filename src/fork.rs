@@ -7,17 +7,22 @@
 //! call that skips the libc wrapper is not seen.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+#[cfg(unix)]
 use std::sync::Once;
 
 static FORKS: AtomicU64 = AtomicU64::new(0);
+#[cfg(unix)]
 static INSTALL: Once = Once::new();
 
+#[cfg(unix)]
 extern "C" fn in_child() {
     FORKS.fetch_add(1, Relaxed);
 }
 
 /// Installs the handler (once per process) and returns the current fork count.
 pub(crate) fn install() -> u64 {
+    // Windows has no fork: the count stays 0.
+    #[cfg(unix)]
     INSTALL.call_once(|| {
         // SAFETY: `in_child` is an `extern "C" fn()` that only does an atomic add,
         // which is async-signal-safe as a child handler must be; the other handlers

@@ -10,9 +10,10 @@
 //! | backend | targets | arm | delivery disarms by | waker |
 //! |---|---|---|---|---|
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
-//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ENABLE` + `EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
+//! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ADD \| EV_ENABLE \| EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
 //! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
+//! | `backends::Afd` | Windows | one `IOCTL_AFD_POLL` on the socket's base handle, completing on an I/O completion port | the kernel (a poll completes once) | `PostQueuedCompletionStatus` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
 //!
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
@@ -24,6 +25,13 @@
 //! means on every backend, and the
 //! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
 //! crates.io and docs.rs) for the guarantees and limits.
+//!
+//! # Writing a runtime
+//!
+//! [`guide`] walks through what a runtime builds around [`Poller::deliver`]:
+//! several threads on one poller, timers and deadlines, cutting a blocked
+//! `deliver` short, write backpressure, closing, shutdown and fork, with a
+//! multi-threaded echo server to copy.
 //!
 //! # The 1:1 path
 //!
@@ -81,14 +89,16 @@
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::undocumented_unsafe_blocks)]
-#![cfg(unix)]
+#![cfg(any(unix, windows))]
 
 mod backend;
+#[cfg(unix)]
 pub mod blocking;
 mod deadline;
 mod error;
 mod event;
 mod fork;
+pub mod guide;
 mod interest;
 // The kernel model is compiled only where it is used: with the feature, and in the
 // crate's own unit tests (the kqueue translator is checked against it).
@@ -100,8 +110,10 @@ pub mod model;
 #[cfg(all(test, not(feature = "model")))]
 #[allow(dead_code)]
 mod model;
+#[cfg(unix)]
 mod pipe;
 mod poller;
+mod raw;
 #[cfg(feature = "model")]
 #[cfg_attr(docsrs, doc(cfg(feature = "model")))]
 pub mod state;
@@ -121,6 +133,7 @@ pub use stats::Stats;
 pub use token::Token;
 
 // One file or folder per kernel interface, under backends/ at the crate root.
+#[cfg(unix)]
 #[path = "../backends/blocking.rs"]
 mod blocking_backend;
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -128,10 +141,17 @@ mod blocking_backend;
 mod epoll_backend;
 // Compiled on every target: its translation to kevent records is pure and unit
 // tested everywhere; only its system-call part is gated on the kqueue targets.
+#[cfg(windows)]
+#[path = "../backends/windows/mod.rs"]
+mod afd_backend;
 #[path = "../backends/kqueue/mod.rs"]
 mod kqueue_backend;
+// AFD's bits and their translation: pure, shared with the kernel model.
+#[cfg_attr(not(windows), allow(dead_code))]
+#[path = "../backends/windows/bits.rs"]
+mod afd_bits;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
-#[path = "../backends/uring.rs"]
+#[path = "../backends/uring/mod.rs"]
 mod uring_backend;
 // Compiled on every target: its translation (poll bits, the user word) is pure,
 // unit tested everywhere and used by the kernel model; the backend itself only on
@@ -143,8 +163,11 @@ mod ports_backend;
 /// process can compare them (`Poller::<backends::Blocking>::with_backend()`).
 /// `Epoll` is there on Linux and Android, `Kqueue` on the BSDs and Apple targets,
 /// `Ports` (event ports) on illumos and Solaris, `Uring` on Linux with the cargo
-/// feature `io-uring`, and `Blocking` (poll(2)) everywhere.
+/// feature `io-uring`, `Blocking` (poll(2)) on every Unix, and `Afd` on Windows.
 pub mod backends {
+    #[cfg(windows)]
+    pub use crate::afd_backend::Afd;
+    #[cfg(unix)]
     pub use crate::blocking_backend::Blocking;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub use crate::epoll_backend::Epoll;
@@ -165,6 +188,12 @@ cfg_if::cfg_if! {
         pub type DefaultBackend = backends::Blocking;
         /// Whether the default backend multiplexes with a kernel oneshot mechanism.
         pub const MULTIPLEXES_ONESHOT: bool = false;
+    } else if #[cfg(windows)] {
+        /// The default backend for this target: AFD poll and a completion port.
+        pub type DefaultBackend = backends::Afd;
+        /// Whether the default backend multiplexes with a kernel oneshot mechanism
+        /// (one `IOCTL_AFD_POLL` completes once here).
+        pub const MULTIPLEXES_ONESHOT: bool = true;
     } else if #[cfg(any(target_os = "linux", target_os = "android"))] {
         /// The default backend for this target: epoll with `EPOLLONESHOT`.
         pub type DefaultBackend = backends::Epoll;

@@ -6,6 +6,7 @@ use crate::error;
 use crate::event::{Event, Events, Readiness};
 use crate::fork;
 use crate::interest::Interest;
+use crate::raw::RawFd;
 use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
 use crate::sync::atomic::AtomicBool;
@@ -14,10 +15,16 @@ use crate::table::{Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+#[cfg(unix)]
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::PoisonError;
 use std::time::Duration;
+
+// The Windows API (`register` of a socket): a child module, for the private fields.
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod windows;
 
 /// A readiness poller: descriptors stay registered in the kernel for their whole
 /// life, and each wait costs one *arm*.
@@ -222,6 +229,7 @@ impl<B: Backend> Poller<B> {
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
     /// - `ErrorKind::InvalidInput`: on 32-bit targets, a descriptor number of 2^20
     ///   or more (the kqueue tag keeps 20 bits of it; see [`Token`]).
+    #[cfg(unix)]
     pub fn register<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         self.insert(fd.as_fd().as_raw_fd())
     }
@@ -237,6 +245,7 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// Always `ErrorKind::Unsupported`, saying the above.
+    #[cfg(unix)]
     pub fn register_exclusive<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         let _ = fd.as_fd();
         Err(io::Error::new(
@@ -257,6 +266,7 @@ impl<B: Backend> Poller<B> {
     /// poller only ever passes the number to the kernel's registration and wait
     /// calls (never reads, writes or closes it), and copes with it being closed
     /// later, as `register` documents.
+    #[cfg(unix)]
     pub unsafe fn register_raw(&self, fd: RawFd) -> io::Result<Token> {
         if fd < 0 {
             return Err(error::negative_fd(fd));
@@ -270,7 +280,8 @@ impl<B: Backend> Poller<B> {
             return Err(error::own_fd(fd));
         }
         // The slot is the descriptor number's own.
-        let Some(mut slot) = self.table.lock_for_insert(fd as usize) else {
+        let index = crate::raw::slot_of(fd);
+        let Some(mut slot) = self.table.lock_for_insert(index) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -290,7 +301,7 @@ impl<B: Backend> Poller<B> {
             let _superseded = self.free(&mut slot, true);
         }
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
-        let token = Token::new(fd as u32, incarnation);
+        let token = Token::new(index as u32, incarnation);
         let start = slot.next_generation();
         *slot = Some(Entry {
             fd,
@@ -878,10 +889,19 @@ impl<B: Backend> Drop for Poller<B> {
 }
 
 /// The backend's kernel instance (the epoll or kqueue descriptor; the poll(2)
-/// backend's waker), for nesting this poller in another event loop: on epoll and
-/// kqueue it is readable while a kernel event is pending (epoll(7), kqueue(2)),
-/// after which `deliver` with a zero timeout collects it. Only read readiness may be
-/// asked of it; never read, write or close it.
+/// backend's waker; the io_uring ring), for nesting this poller in another event
+/// loop: on epoll and kqueue it is readable while a kernel event is pending
+/// (epoll(7), kqueue(2)), after which `deliver` with a zero timeout collects it.
+/// Only read readiness may be asked of it; never read, write or close it.
+///
+/// Only epoll and kqueue wake an outer loop for a registration's readiness. The
+/// poll(2) backend's descriptor is its waker pipe: readable for a notify (or an
+/// arm made while a thread polls), never because a registration became ready. The
+/// ring is readable once a completion is posted, but an arm only queues its poll
+/// request, which the next `deliver` submits: an outer epoll waiting after an arm
+/// sees nothing (measured: a socketpair armed readable, written, an outer
+/// `epoll_wait` of 500 ms returned 0 on both, and 1 on epoll).
+#[cfg(unix)]
 impl<B: Backend + AsFd> AsFd for Poller<B> {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.backend.as_fd()
@@ -889,6 +909,7 @@ impl<B: Backend + AsFd> AsFd for Poller<B> {
 }
 
 /// [`AsFd`]'s descriptor as a number.
+#[cfg(unix)]
 impl<B: Backend + AsFd> AsRawFd for Poller<B> {
     fn as_raw_fd(&self) -> RawFd {
         self.backend.as_fd().as_raw_fd()

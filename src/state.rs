@@ -60,7 +60,7 @@ pub trait Kernel {
     /// `EPOLLONESHOT`; kqueue `EV_ADD | EV_DISPATCH`).
     fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError>;
     /// Re-arm a descriptor the kernel holds (epoll `EPOLL_CTL_MOD` with
-    /// `EPOLLONESHOT`; kqueue `EV_ENABLE | EV_DISPATCH`).
+    /// `EPOLLONESHOT`; kqueue `EV_ADD | EV_ENABLE | EV_DISPATCH`).
     fn modify(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError>;
     /// Quiet it without removing it (epoll MOD to `EPOLLONESHOT` alone; kqueue
     /// `EV_DISABLE | EV_DISPATCH`).

@@ -60,6 +60,7 @@
 //! connections handed to different threads) therefore never share a written line.
 
 use crate::interest::Interest;
+use crate::raw::RawFd;
 use crate::state::{Phase, RegState};
 use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex};
@@ -67,7 +68,6 @@ use crate::token::Token;
 use crate::token::MAX_SLOTS;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::PoisonError;
 
@@ -490,7 +490,7 @@ impl Table {
         let generation = slot.generation.load(Ordering::Relaxed);
         let occupied = bits & OCCUPIED != 0;
         let entry = occupied.then(|| Entry {
-            fd: index as RawFd,
+            fd: crate::raw::fd_at(index),
             token: Token::new(index as u32, slot.incarnation.load(Ordering::Relaxed)),
             state: decode(bits, generation),
         });
@@ -673,7 +673,7 @@ mod tests {
         assert!(g.is_none(), "slot {index} is vacant");
         let token = Token::new(index as u32, inc);
         *g = Some(Entry {
-            fd: index as RawFd,
+            fd: crate::raw::fd_at(index),
             token,
             state: RegState::new(g.next_generation()),
         });
@@ -743,7 +743,7 @@ mod tests {
             register(&table, index, 7);
             let g = table.lock(index).expect("allocated");
             let e = g.as_ref().expect("occupied");
-            assert_eq!((e.fd as usize, e.token.index()), (index, index));
+            assert_eq!((crate::raw::slot_of(e.fd), e.token.index()), (index, index));
             assert_eq!(e.token.incarnation(), 7);
         }
         assert_eq!(table.len(), 10);
@@ -874,7 +874,7 @@ mod tests {
         let mut got = Vec::new();
         table
             .try_for_each_after_fork(|e| {
-                got.push(e.fd as usize);
+                got.push(crate::raw::slot_of(e.fd));
                 Ok::<(), ()>(())
             })
             .unwrap();
@@ -893,7 +893,7 @@ mod tests {
         let mut got = Vec::new();
         table
             .try_for_each_after_fork(|e| {
-                got.push(e.fd);
+                got.push(crate::raw::slot_of(e.fd));
                 Ok::<(), ()>(())
             })
             .unwrap();

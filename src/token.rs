@@ -8,13 +8,15 @@
 //! - epoll: `epoll_event.data.u64` is 64 bits on every target, 32-bit ones
 //!   included. It holds the slot in the low 32 bits and the registration's arming
 //!   *generation* in the high 32 bits, rewritten by every `EPOLL_CTL_MOD`.
-//! - kqueue: `udata` is pointer-sized. On 64-bit targets whose kernel stores
-//!   `udata` on every change to a knote (FreeBSD, DragonFly, Apple; libkqueue with
-//!   its re-arm record) it holds slot and arming generation, rewritten by every
-//!   arm, as epoll's `data` does. On NetBSD and OpenBSD (only `EV_ADD` stores it)
-//!   it holds slot and incarnation, fixed at `EV_ADD`, and on 32-bit targets the
-//!   slot gets the low 20 bits (about a million registrations) and the
-//!   incarnation the high 12 bits; there the generation stays in the table.
+//! - kqueue: `udata` is pointer-sized. On every 64-bit target it holds slot and
+//!   arming generation, rewritten by every arm, as epoll's `data` does: the
+//!   backend's re-arm record (`EV_ADD | EV_ENABLE | EV_DISPATCH`) makes every
+//!   kernel store it (FreeBSD, DragonFly, NetBSD and OpenBSD `kqueue_register`,
+//!   Apple `kevent_register`; libkqueue with its extra `EV_CLEAR`), where a bare
+//!   `EV_ENABLE` does not on NetBSD 8/9 and OpenBSD. On 32-bit targets it holds
+//!   slot and incarnation, fixed at `EV_ADD`: the slot gets the low 20 bits
+//!   (about a million registrations) and the incarnation the high 12 bits, and
+//!   the generation stays in the table.
 //!   So on 32-bit targets descriptor numbers of 2^20 and more cannot be
 //!   registered (`register` refuses them with `InvalidInput`), on every backend
 //!   alike.

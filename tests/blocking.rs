@@ -1,5 +1,6 @@
 //! The shared suite (`tests/common`) on the poll(2) backend, which every Unix has,
 //! and the 1:1 helper `pollshot::blocking::io_once`.
+#![cfg(unix)]
 
 #[macro_use]
 mod common;
@@ -121,5 +122,109 @@ mod io_once {
         });
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::ConnectionReset);
         assert_eq!(calls, 2);
+    }
+}
+
+/// A socket deregistered and closed while another thread is blocked in poll(2)
+/// with it in its set is released at once: its peer reads EOF. (poll(2) holds
+/// the file of each descriptor it watches until it returns; the deregister wakes
+/// the waiter to poll the set without it.) 20 trials.
+mod release {
+    use crate::common::socketpair;
+    use pollshot::backends::Blocking;
+    use pollshot::{Events, Interest, Poller};
+    use std::io::Read;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn deregister_then_close_releases_the_socket_under_a_blocked_waiter() {
+        for trial in 0..20 {
+            let poller = Arc::new(Poller::<Blocking>::with_backend().unwrap());
+            let (mut a, b) = socketpair();
+            a.set_nonblocking(false).unwrap();
+            a.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let t = poller.register(&b).unwrap();
+            poller.arm(t, Interest::READABLE).unwrap();
+            let waiter = {
+                let poller = Arc::clone(&poller);
+                std::thread::spawn(move || {
+                    let mut events = Events::with_capacity(4);
+                    let n = poller.deliver(&mut events, None).unwrap();
+                    (n, events.is_notified())
+                })
+            };
+            while poller.waiters() == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(2)); // into poll(2), most trials
+            poller.deregister(t).unwrap();
+            drop(b);
+            let mut buf = [0u8; 1];
+            let n = a
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+            assert_eq!(n, 0, "trial {trial}: EOF");
+            poller.notify().unwrap();
+            assert_eq!(
+                waiter.join().unwrap(),
+                (0, true),
+                "trial {trial}: only the notify ends it"
+            );
+        }
+    }
+}
+
+/// What a deregistration costs on the poll(2) backend: no system call with no
+/// thread in poll(2); with one blocked there, one pipe write, after which
+/// `deregister` waits until that thread has returned from poll(2) (it held the
+/// descriptor). 20 trials.
+#[cfg(all(feature = "stats", target_os = "linux"))]
+mod deregister_cost {
+    use crate::common::release::until_blocked_in_wait;
+    use crate::common::{poller, socketpair};
+    use pollshot::backends::Blocking;
+    use pollshot::{Events, Interest};
+    use std::sync::Arc;
+
+    #[test]
+    fn free_without_waiters_one_write_with_a_blocked_one() {
+        let p = Arc::new(poller::<Blocking>());
+        for trial in 0..20 {
+            let (a, _b) = socketpair();
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            assert_eq!(d.syscalls(), 0, "trial {trial}: {d:?}");
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            let q = p.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                // SAFETY: gettid(2) has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                let mut events = Events::with_capacity(8);
+                loop {
+                    match q.deliver(&mut events, None) {
+                        Ok(n) => return n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => panic!("deliver: {e}"),
+                    }
+                }
+            });
+            // In poll(2), with the socket in its set.
+            until_blocked_in_wait(rx.recv().unwrap());
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            // The waiter's own calls (its drain, its next poll) may fall in the
+            // window: only the deregistering thread writes.
+            assert_eq!(d.wakes, 1, "trial {trial}: {d:?}");
+            p.notify().unwrap();
+            assert_eq!(waiter.join().unwrap(), 0, "trial {trial}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The shared suite (`tests/common`) on `pollshot::DefaultBackend`: epoll or kqueue
 //! on their targets, or the poll(2) backend when built with
 //! `RUSTFLAGS="--cfg pollshot_force_blocking"` (what this file is for on Linux).
+#![cfg(unix)]
 
 #[macro_use]
 mod common;

@@ -3,6 +3,7 @@
 //! through the very harness the cargo-fuzz targets run (`fuzz/src`, included
 //! here with `#[path]`). A crash found by `cargo +nightly fuzz run` becomes a
 //! permanent test by copying its artifact into `fuzz/regressions/<target>/`.
+#![cfg(unix)]
 
 #[path = "../fuzz/src/lib.rs"]
 #[allow(dead_code)]

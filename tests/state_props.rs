@@ -1,17 +1,17 @@
 //! quickcheck properties of the state machine (`src/state.rs`) against the kernel
-//! model (`src/model.rs`), through the simulated poller the `state_machine` fuzz
+//! model (`src/model/`), through the simulated poller the `state_machine` fuzz
 //! target uses (`fuzz/src/sim.rs`).
 //!
 //! Each generated case is a random sequence of operations (register, arm with each
 //! interest, disarm, deregister, kernel waits and acceptances by three simulated
 //! threads, kernel events with a current or a stale tag, waits that fetch only
 //! stale events, readiness changes, close, number reuse, dup, notify, fork), run
-//! on epoll, kqueue and poll semantics. After every
+//! on epoll, every kqueue kernel family and poll semantics. After every
 //! operation the simulator asserts (its panics name the property):
 //! (a) the kernel's state equals the table's; (b) a delivered event belongs to the
 //! registration's current arming; (c) at most one delivery per arming; (d)
 //! readiness that holds while a registration is armed is never lost; (e) no kernel
-//! command where none is needed. At the end the three semantics must have
+//! command where none is needed. At the end all the semantics must have
 //! delivered the same armings at the same operations (parity).
 
 #[path = "../fuzz/src/sim.rs"]
@@ -206,4 +206,75 @@ fn fork_child_readds_armed_leaves_idle_fresh() {
         .copied()
         .collect();
     run_parity(&all, 0, EpochPolicy::PerSlot);
+}
+
+/// Runs `ops` on NetBSD 8/9's kqueue with the re-arm record before `EV_ADD |
+/// EV_ENABLE | EV_DISPATCH` (a bare `EV_ENABLE`): the panic message of the
+/// invariant it breaks, if any.
+fn old_rearm_on_netbsd8(ops: &[Op]) -> Option<String> {
+    use pollshot::model::{RearmRecord, Semantics};
+    let run = || {
+        sim::run_one(
+            Semantics::KqueueNetBsd8,
+            RearmRecord::Enable,
+            ops,
+            0,
+            EpochPolicy::PerSlot,
+        )
+    };
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).err()?;
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()));
+    Some(msg.unwrap_or_default())
+}
+
+/// The model sees the lost re-report: a registration re-armed with its data
+/// unread is delivered again on NetBSD 8/9 with the backend's re-arm record
+/// (`run_parity` above runs it on every semantics) and never with a bare
+/// `EV_ENABLE`, which (d) reports.
+#[test]
+fn old_rearm_record_loses_the_rereport_on_netbsd8() {
+    let seq = [
+        Op::Open { pollable: true },
+        Op::Register { fd: 0 },
+        Op::Arm {
+            reg: 0,
+            interest: Interest::READABLE,
+        },
+        Op::Levels { fd: 0, bits: 1 },
+        Op::Deliver { thread: 0 },
+        Op::Arm {
+            reg: 0,
+            interest: Interest::READABLE,
+        },
+        Op::Deliver { thread: 1 },
+    ];
+    let msg = old_rearm_on_netbsd8(&seq).expect("the old record passed on NetBSD 8/9");
+    assert!(msg.starts_with("(d)"), "{msg}");
+    for s in run_parity(&seq, 0, EpochPolicy::PerSlot) {
+        assert_eq!(s.owners()[0].delivered, vec![1, 2]);
+    }
+}
+
+/// Random sequences (the generator above) find the old record's lost re-report
+/// on NetBSD 8/9: the first failing case breaks (d). How many cases and how
+/// long it took is printed (`--nocapture`); only the finding decides.
+#[test]
+fn random_sequences_find_the_old_records_lost_rereport_on_netbsd8() {
+    let started = std::time::Instant::now();
+    let mut g = Gen::new(150);
+    for case in 1..=100_000u32 {
+        let v: Vec<QOp> = Arbitrary::arbitrary(&mut g);
+        if let Some(msg) = old_rearm_on_netbsd8(&ops(&v)) {
+            eprintln!(
+                "old re-arm record on NetBSD 8/9: lost re-report found after {case} cases, {:?}",
+                started.elapsed()
+            );
+            assert!(msg.starts_with("(d)"), "case {case}: {msg}");
+            return;
+        }
+    }
+    panic!("100000 random sequences never found the old record's lost re-report");
 }

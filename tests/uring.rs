@@ -238,6 +238,96 @@ mod uring_only {
         let _ = (p, ctl_calls, what);
     }
 
+    /// What a deregistration costs, exactly: one `io_uring_enter` (it submits the
+    /// remove and waits until the request has ended) whenever a poll request of
+    /// the registration may still be in the kernel or queued (armed and
+    /// submitted; armed and not yet submitted; disarmed, its remove queued), and
+    /// no system call after a delivery (nothing is pending). No other thread
+    /// waits here; the `release` tests of the shared suite cover the outcome
+    /// with one.
+    #[cfg(feature = "stats")]
+    #[test]
+    fn deregister_costs_one_enter_while_a_request_is_pending() {
+        let p = poller::<Uring>();
+        let deregister = |t: Token, what: &str, enters: u64| {
+            let before = p.stats();
+            p.deregister(t).unwrap();
+            let d = p.stats().since(&before);
+            assert_eq!(
+                (d.ctl_calls, d.syscalls()),
+                (enters, enters),
+                "{what}: {d:?}"
+            );
+        };
+        let mut events = Events::with_capacity(8);
+        for _ in 0..20 {
+            let (a, mut b) = socketpair();
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            deregister(t, "armed, not submitted", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+            deregister(t, "armed and submitted", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+            p.disarm(t).unwrap();
+            deregister(t, "disarmed, its remove queued", 1);
+
+            let t = p.register(&a).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            b.write_all(b"x").unwrap();
+            assert!(expect_one(&p, t).is_readable());
+            deregister(t, "delivered", 0);
+            assert_no_events(&p, 2, Duration::from_millis(1));
+        }
+    }
+
+    /// A deregister racing another registration's readiness while a thread is
+    /// blocked in `deliver(None)`: this thread arms both registrations while the
+    /// other one leads (so it submits their requests, and the kernel runs their
+    /// completions' task work here), writes to one, and deregisters the other,
+    /// taking the first one's completion from the queue while it waits for its
+    /// own request's end, before the leader looks. The leader still returns with
+    /// that event (the deregister kicks it), exactly once. 20 trials.
+    #[test]
+    fn deregister_hands_on_what_it_took_from_the_queue() {
+        crate::common::within("deregister beside a ready registration", || {
+            for trial in 0..20 {
+                let p = std::sync::Arc::new(poller::<Uring>());
+                let (x, mut xw) = socketpair();
+                let (y, _yw) = socketpair();
+                let tx = p.register(&x).unwrap();
+                let ty = p.register(&y).unwrap();
+                let q = p.clone();
+                let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+                let leader = std::thread::spawn(move || {
+                    // SAFETY: gettid(2) has no preconditions.
+                    tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                    let mut events = Events::with_capacity(8);
+                    loop {
+                        match q.deliver(&mut events, None) {
+                            Ok(0) => continue,
+                            Ok(_) => return events.iter().map(|e| e.token()).collect::<Vec<_>>(),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) => panic!("deliver: {e}"),
+                        }
+                    }
+                });
+                crate::common::release::until_blocked_in_wait(tid_rx.recv().unwrap());
+                p.arm(tx, Interest::READABLE).unwrap();
+                p.arm(ty, Interest::READABLE).unwrap();
+                xw.write_all(b"x").unwrap();
+                p.deregister(ty).unwrap();
+                assert_eq!(leader.join().unwrap(), vec![tx], "trial {trial}");
+                p.deregister(tx).unwrap();
+            }
+        });
+    }
+
     /// The fuzzer's case (`fuzz/regressions/uring_real/
     /// write_only_arm_of_half_closed_socket_waits_for_room`): a write-only arming
     /// of a socket whose send buffer is full and whose peer shut down its write

@@ -20,7 +20,9 @@
 
 use crate::event::Readiness;
 use crate::interest::Interest;
-use std::os::fd::RawFd;
+// A kevent ident for a descriptor: `RawFd` on Unix; the same `c_int` elsewhere,
+// where only the pure translation is compiled.
+use std::ffi::c_int as RawFd;
 
 /// `EV_ADD`: the same value in every kqueue (FreeBSD, NetBSD, OpenBSD, DragonFly,
 /// XNU, libkqueue); the backend asserts it against the target's headers.
@@ -140,7 +142,15 @@ impl Knotes {
 pub enum Action {
     /// `EV_ADD | EV_DISPATCH`: create the knote, enabled.
     Add,
-    /// `EV_ENABLE | EV_DISPATCH`: re-arm an existing knote.
+    /// `EV_ADD | EV_ENABLE | EV_DISPATCH`: re-arm an existing knote. `EV_ADD`
+    /// makes every kernel re-run the filter and store `udata` (the modify
+    /// branch of `kqueue_register`); a bare `EV_ENABLE` re-reports a knote
+    /// disabled by a dispatch only where the enable itself re-runs the filter
+    /// (FreeBSD, XNU, DragonFly, NetBSD 10, OpenBSD 6.4+), not on NetBSD 8/9 or
+    /// OpenBSD 6.2-6.3, and stores `udata` not on NetBSD 8/9 or OpenBSD.
+    /// `fflags` and `data` are 0, as in the `Add` that created the knote (a
+    /// change overwrites them). Never with `EV_CLEAR`: NetBSD's scan tests
+    /// `EV_CLEAR` before `EV_DISPATCH` and never disables such a knote.
     Enable,
     /// `EV_DISABLE | EV_DISPATCH`: quiet an existing knote.
     Disable,
@@ -153,7 +163,7 @@ impl Action {
     pub const fn flags(self) -> u16 {
         match self {
             Action::Add => EV_ADD | EV_DISPATCH,
-            Action::Enable => EV_ENABLE | EV_DISPATCH,
+            Action::Enable => EV_ADD | EV_ENABLE | EV_DISPATCH,
             Action::Disable => EV_DISABLE | EV_DISPATCH,
             Action::Delete => EV_DELETE,
         }

@@ -260,7 +260,9 @@ impl Kqueue {
                         verdict.lost = verdict.lost.with(f)
                     }
                     (Action::Disable, libc::ENOENT) => {}
-                    (Action::Add, e) if sys::NOT_POLLABLE.contains(&e) => {
+                    // A re-arm carries `EV_ADD`: on a number reused by a
+                    // description kqueue cannot poll it is refused as an add is.
+                    (Action::Add | Action::Enable, e) if sys::NOT_POLLABLE.contains(&e) => {
                         verdict.not_pollable = true
                     }
                     (_, libc::EBADF) => verdict.bad_fd = true,

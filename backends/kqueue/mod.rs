@@ -32,11 +32,12 @@
 //!
 //! - first arm: `EV_ADD | EV_DISPATCH` for each filter in the interest; the other
 //!   filter is not added.
-//! - re-arm: `EV_ENABLE | EV_DISPATCH` for each filter in the interest (`EV_ADD` for a
-//!   filter never added), `EV_DISABLE | EV_DISPATCH` for an enabled filter outside it.
-//!   `EV_DISPATCH` stays on every change, or a re-arm could fire twice. On libkqueue
-//!   the `EV_ENABLE` record also has `EV_ADD | EV_CLEAR` (`sys::ENABLE_EXTRA`), the
-//!   only record that makes it store `udata` on an existing knote.
+//! - re-arm: `EV_ADD | EV_ENABLE | EV_DISPATCH` for each filter in the interest
+//!   (see "The re-arm record" below), `EV_DISABLE | EV_DISPATCH` for an enabled
+//!   filter outside it. `EV_DISPATCH` stays on every change, or a re-arm could
+//!   fire twice. On libkqueue the re-arm record also has `EV_CLEAR`
+//!   (`sys::ENABLE_EXTRA`), the only record that makes it store `udata` on an
+//!   existing knote.
 //! - disarm: `EV_DISABLE | EV_DISPATCH` for each enabled filter.
 //! - deregister: `EV_DELETE` for each added filter, submitted before `deregister`
 //!   returns, with the descriptor's queued records ahead of them, once no `kevent`
@@ -44,18 +45,58 @@
 //!   the descriptor was closed and the kernel already dropped its knotes. A
 //!   registration superseded by a new one of the same number sends its deletes
 //!   with the new one's first command on the number.
-//! - `udata` is `pack_usize(slot, generation)` of the command (see `token.rs`)
-//!   where the kernel stores `udata` on every change to a knote (FreeBSD,
-//!   DragonFly, XNU; libkqueue with the record above), so an event tells its
-//!   arming, as on epoll (`Driver::TAG_IS_GENERATION`). NetBSD and OpenBSD store
-//!   it only with `EV_ADD`, and a 32-bit `udata` has no room for the generation:
-//!   there `udata` is `pack_usize(slot, incarnation)`, fixed at `EV_ADD`, the
-//!   arming generation lives in the poller's table, and an event is current
-//!   exactly when the table says armed (`sys::UDATA_IS_GENERATION`).
+//! - `udata` is `pack_usize(slot, generation)` of the command (see `token.rs`) on
+//!   every 64-bit target: every kernel stores the re-arm record's `udata`, so an
+//!   event tells its arming, as on epoll (`Driver::TAG_IS_GENERATION`). A 32-bit
+//!   `udata` has no room for the generation: there `udata` is
+//!   `pack_usize(slot, incarnation)`, fixed at `EV_ADD`, the arming generation
+//!   lives in the poller's table, and an event is current exactly when the table
+//!   says armed (`sys::UDATA_IS_GENERATION`).
 //! - one delivery disarms the whole registration (parity with `EPOLLONESHOT`): the
 //!   kernel disabled the filter that fired; [`Driver::delivered`](crate::backend::Driver::delivered) disables the other
 //!   one, a change that rides on the next `kevent` call (routed under the lock that
 //!   read the registration's view, so a deregistration leaves none behind).
+//!
+//! # The re-arm record
+//!
+//! A knote that an `EV_DISPATCH` delivery disabled is re-armed with `EV_ADD |
+//! EV_ENABLE | EV_DISPATCH`, `fflags` and `data` 0 as in the `EV_ADD` that created
+//! it, because a bare `EV_ENABLE` does not mean the same on every kernel. What
+//! decides it is each kernel's registration path:
+//!
+//! | kernel | `EV_ENABLE`: filter re-run (level re-report) | `EV_ENABLE`: `udata` stored | `EV_ADD` on the knote |
+//! |---|---|---|---|
+//! | FreeBSD 13, 14, main | yes: `kqueue_register` runs `f_event` at `done_ev_add:` | yes | re-run, stored |
+//! | macOS, iOS (XNU) | yes: `kevent_register`, the filter's `f_touch` (`filt_sortouch`, `filt_pipereadtouch`) | yes | re-run, stored |
+//! | DragonFly 4.6+ | yes: `kqueue_register`'s modify branch runs `filter_event` | yes | re-run, stored |
+//! | NetBSD 10, current | yes: `kqueue_register` runs `filter_event` at `done_ev_add:` | yes | re-run, stored |
+//! | NetBSD 8, 9 (kern_event.c 1.88 read) | **no**: `knote_enqueue` queues only a knote still `KN_ACTIVE`, and the dispatch delivery (`kqueue_scan`) cleared that mark | **no** | re-run, stored: `kqueue_register`'s `EV_ADD` branch stores `udata` and runs `f_event`, whose `knote_activate` marks it active |
+//! | OpenBSD 6.4+ (kern_event.c 1.86 on) | yes (`kqueue_register`) | **no**: `udata` only on the `EV_ADD` path | re-run, stored |
+//! | OpenBSD 6.2, 6.3 | **no**: as NetBSD 8 (`KN_ACTIVE` test in `kqueue_register`) | **no** | re-run, stored |
+//!
+//! So with a bare `EV_ENABLE`, a descriptor re-armed with its data still unread is
+//! never reported again on NetBSD 8/9 and OpenBSD 6.2-6.3 (a lost wake-up), and
+//! `udata` keeps the first arm's value on NetBSD 8/9 and OpenBSD. The `EV_ADD` of
+//! the record runs in the same `kqueue_register` call before its `EV_ENABLE`: the
+//! filter is re-run and `udata` stored on every kernel in the table, and then the
+//! enable queues the knote that the filter found ready. Respected with it:
+//!
+//! - never `EV_CLEAR` with `EV_DISPATCH`: NetBSD's `kqueue_scan` tests `EV_CLEAR`
+//!   before `EV_DISPATCH` and then never disables the knote (libkqueue's extra
+//!   `EV_CLEAR`, above, is libkqueue's only);
+//! - a change to an existing knote overwrites its `fflags` and `data` (a low-water
+//!   mark): the record passes the `Add`'s values (0) again;
+//! - an `EV_ADD` of a number that was closed and reused registers the new file
+//!   silently, where `EV_ENABLE` answered ENOENT: that is what the table's row
+//!   "idle, arm(i): on ENOENT, add" does anyway, without the round trip. ENOENT
+//!   (libkqueue, which keeps a closed number's knotes) still starts the
+//!   registration over (`changes::readd`), and EINVAL (a reused number that
+//!   kqueue cannot poll) is answered as to an add: always ready;
+//! - an `EV_ERROR` entry written to the event list ends that `kevent` call
+//!   without collecting events, on every kernel (the change loop returns once
+//!   `nerrors` is non-zero: `kevent1` on NetBSD, `sys_kevent` on OpenBSD,
+//!   `kqueue_kevent` on FreeBSD): a refused record
+//!   carried by a wait makes the wait return at once, and the wait loop goes on.
 //!
 //! # Change batching
 //!

@@ -26,7 +26,9 @@ use super::changes::{Action, Change, Filter, Filters, Knotes};
 use crate::backend::{RawEvent, Tag};
 use crate::token::pack_usize;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::RawFd;
+// A kevent ident for a descriptor: `RawFd` on Unix; the same `c_int` elsewhere,
+// where only the pure translation is compiled.
+use std::ffi::c_int as RawFd;
 use std::sync::PoisonError;
 
 /// The synchronisation primitives: std's, or loom's in the `--cfg loom` unit

@@ -85,17 +85,17 @@ cfg_if::cfg_if! {
         /// wait.
         pub(super) const WAIT_RETURNS_CHANGE_ERRORS: bool = false;
 
-        /// Flags added to every `EV_ENABLE` record. libkqueue (2.7.0) stores a
-        /// record's `udata` only after its filter's modify step succeeded
-        /// (`kevent_copyin_one`), which a bare `EV_ENABLE` never reaches and
-        /// which, for a socket or pipe knote, accepts only a record with
+        /// Flags added to every re-arm record (`EV_ADD | EV_ENABLE |
+        /// EV_DISPATCH`). libkqueue (2.7.0) stores a record's `udata` only
+        /// after its filter's modify step succeeded (`kevent_copyin_one`), and
+        /// that step, for a socket or pipe knote, accepts only a record with
         /// `EV_CLEAR` (`evfilt_read_knote_modify`, `evfilt_write_knote_modify`).
-        /// With `EV_ADD | EV_CLEAR` on an existing knote it enables the knote,
-        /// then runs that step, which stores `udata` and leaves the knote's
-        /// flags alone (the knote stays level-triggered: `EV_CLEAR` counts only
-        /// when a knote is created, and an `Enable` is only sent for a knote the
-        /// backend added).
-        pub(super) const ENABLE_EXTRA: u16 = changes::EV_ADD | changes::EV_CLEAR;
+        /// With `EV_CLEAR` too it enables the knote, then runs that step, which
+        /// stores `udata` and leaves the knote's flags alone (the knote stays
+        /// level-triggered: `EV_CLEAR` counts only when a knote is created, and
+        /// a re-arm is only sent for a knote the backend added). libkqueue only:
+        /// a BSD kernel must never see `EV_CLEAR` with `EV_DISPATCH`.
+        pub(super) const ENABLE_EXTRA: u16 = changes::EV_CLEAR;
     } else {
         use libc::{kevent, EVFILT_READ, EVFILT_WRITE};
         #[cfg(not(any(target_os = "openbsd", target_os = "netbsd")))]
@@ -128,25 +128,23 @@ cfg_if::cfg_if! {
         /// `EV_ERROR` entry and return at once without waiting.
         pub(super) const WAIT_RETURNS_CHANGE_ERRORS: bool = true;
 
-        /// Flags added to every `EV_ENABLE` record: none. FreeBSD, DragonFly
-        /// and XNU store `udata` on any change to an existing knote
-        /// (`kqueue_register`, `kevent_register`).
+        /// Flags added to every re-arm record: none. Its `EV_ADD` makes every
+        /// BSD kernel re-run the filter and store `udata` (see
+        /// `backends/kqueue/mod.rs`, "The re-arm record").
         pub(super) const ENABLE_EXTRA: u16 = 0;
     }
 }
 
 /// Whether `udata` carries the arming generation (`Driver::TAG_IS_GENERATION`),
 /// so that an event read before a re-arm is told from one of the re-arm. It
-/// needs a kernel that stores `udata` when a record re-enables a knote (FreeBSD,
-/// DragonFly and XNU on any change; libkqueue with [`ENABLE_EXTRA`]) and 32 bits
-/// for the generation in `udata` (64-bit targets). NetBSD and OpenBSD store
-/// `udata` only on `EV_ADD` (`kqueue_register`), and a 32-bit `udata` has 12
-/// bits left after the slot: there `udata` carries the slot's incarnation,
-/// fixed at `EV_ADD`, and an event is current while the table says armed.
-pub(super) const UDATA_IS_GENERATION: bool = cfg!(all(
-    target_pointer_width = "64",
-    not(any(target_os = "netbsd", target_os = "openbsd"))
-));
+/// needs a kernel that stores `udata` when a record re-arms a knote, which the
+/// re-arm record's `EV_ADD` makes every kernel do (`kqueue_register` on
+/// FreeBSD, NetBSD, OpenBSD and DragonFly, `kevent_register` on XNU; libkqueue
+/// with [`ENABLE_EXTRA`]), and 32 bits for the generation in `udata` (64-bit
+/// targets). A 32-bit `udata` has 12 bits left after the slot: there `udata`
+/// carries the slot's incarnation, fixed at `EV_ADD`, and an event is current
+/// while the table says armed.
+pub(super) const UDATA_IS_GENERATION: bool = cfg!(target_pointer_width = "64");
 
 /// Whether the waker is an `EVFILT_USER` knote (else a pipe). OpenBSD and NetBSD
 /// gained `EVFILT_USER` recently (NetBSD 10), so they use the pipe.

@@ -6,8 +6,8 @@
 //! (`Unstructured::arbitrary_take_rest`, as `libfuzzer-sys` would):
 //!
 //! - [`state_machine`]: operation sequences from several simulated threads against
-//!   the kernel model (`pollshot::model`) with epoll, kqueue and poll semantics:
-//!   the invariants of [`sim`], epoll/kqueue/poll parity of deliveries, and
+//!   the kernel model (`pollshot::model`) with epoll, each kqueue kernel family
+//!   and poll semantics: the invariants of [`sim`], parity of deliveries, and
 //!   generation wrap-around (registrations start near `u32::MAX`).
 //! - [`epoll_real`], [`blocking_real`] and [`uring_real`]: the same alphabet on
 //!   real descriptors (socketpairs, pipes, `/dev/null`; writes, reads, close,
@@ -113,7 +113,11 @@ pub fn decode<'a, T: Arbitrary<'a> + std::fmt::Debug>(data: &'a [u8]) -> Option<
     t
 }
 
-/// Target `state_machine`: see the crate docs and [`sim`].
+/// Target `state_machine`: see the crate docs and [`sim`]. With
+/// `POLLSHOT_FUZZ_OLD_REARM=1` in the environment it runs the NetBSD 8/9 kqueue
+/// semantics alone with the re-arm record before `EV_ADD | EV_ENABLE |
+/// EV_DISPATCH` (a bare `EV_ENABLE`), to show that the fuzzer finds the
+/// readiness that record loses (invariant (d)).
 pub fn state_machine(data: &[u8]) {
     let Some(input) = decode::<MachineInput>(data) else {
         return;
@@ -124,7 +128,19 @@ pub fn state_machine(data: &[u8]) {
     } else {
         0
     };
+    if old_rearm() {
+        use pollshot::model::{RearmRecord, Semantics};
+        let (sem, record) = (Semantics::KqueueNetBsd8, RearmRecord::Enable);
+        sim::run_one(sem, record, &ops, start, sim::EpochPolicy::PerSlot);
+        return;
+    }
     sim::run_parity(&ops, start, sim::EpochPolicy::PerSlot);
+}
+
+/// Whether `POLLSHOT_FUZZ_OLD_REARM` is set (read once).
+fn old_rearm() -> bool {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OLD.get_or_init(|| std::env::var_os("POLLSHOT_FUZZ_OLD_REARM").is_some())
 }
 
 /// Target `epoll_real`: see [`real`].

@@ -23,11 +23,12 @@
 //!   one, or two when the kernel's answer forced a fallback; a disarm one; a
 //!   deregistration one exactly when the kernel holds the descriptor.
 //!
-//! Parity ([`run_parity`]): the same operations run on epoll, both kqueue
-//! semantics (`udata` carrying the generation, or fixed at `EV_ADD`), poll and
-//! event ports semantics must deliver the same armings at the same operations,
-//! and give the same results, for every registration that was not left behind
-//! by a close (tainted) or raced on kqueue (see [`Owner::raced`]).
+//! Parity ([`run_parity`]): the same operations run on epoll, every kqueue
+//! kernel family (FreeBSD and the kernels like it, OpenBSD 6.4+, NetBSD 8/9;
+//! `udata` carrying the generation, or fixed at `EV_ADD` as on a 32-bit target),
+//! poll and event ports semantics must deliver the same armings at the same
+//! operations, and give the same results, for every registration that was not
+//! left behind by a close (tainted) or raced on kqueue (see [`Owner::raced`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
@@ -36,7 +37,7 @@
 //! child's new kernel ([`Op::Fork`]).
 
 use pollshot::model::{
-    Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, Semantics,
+    Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, RearmRecord, Semantics,
 };
 use pollshot::model::{RawEvent, Readiness};
 use pollshot::state::{Armed, Fallbacks, KernelError, Phase, RegState};
@@ -324,6 +325,18 @@ impl Sim {
         }
     }
 
+    /// The same, with the kqueue backend re-arming with `record`.
+    pub fn with_rearm(
+        semantics: Semantics,
+        record: RearmRecord,
+        start: u32,
+        policy: EpochPolicy,
+    ) -> Sim {
+        let mut sim = Sim::new(semantics, start, policy);
+        sim.model.set_rearm_record(record);
+        sim
+    }
+
     /// The kernel.
     pub fn model(&self) -> &Model {
         &self.model
@@ -434,7 +447,7 @@ impl Sim {
         };
         let incarnation = self.incarnations;
         self.incarnations = self.incarnations.wrapping_add(1);
-        if !self.sem().tag_is_generation() {
+        if !self.model.tag_is_generation() {
             self.note_stamp(slot, Model::kqueue_stamp(incarnation));
         }
         let owner = self.owners.len();
@@ -473,7 +486,7 @@ impl Sim {
 
     /// Notes the stamps that `commands` (for `slot`) gave the kernel.
     fn note_commands(&mut self, slot: usize, commands: &[CommandRecord]) {
-        if !self.sem().tag_is_generation() {
+        if !self.model.tag_is_generation() {
             return;
         }
         let gens: Vec<u32> = commands
@@ -615,7 +628,7 @@ impl Sim {
         };
         self.note_commands(slot, &cmds);
         self.commands = cmds;
-        if self.synthetic_queued > 0 && self.sem().tag_is_generation() {
+        if self.synthetic_queued > 0 && self.model.tag_is_generation() {
             self.note_stamp(slot, after.generation());
         }
         self.log(owner, result)
@@ -759,7 +772,7 @@ impl Sim {
         let earlier = self.accept(thread);
         let slot = self.owners[owner].slot as usize;
         let current = self.slots[slot].as_ref().map(|e| {
-            if self.sem().tag_is_generation() {
+            if self.model.tag_is_generation() {
                 e.state.generation()
             } else {
                 Model::kqueue_stamp(e.incarnation)
@@ -873,7 +886,7 @@ impl Sim {
                     let (interest, _) = spec.expect("fork: idle, but a synthetic event");
                     let flight = Flight::synthetic(slot, after.generation(), interest, origin);
                     self.synthetic.push(flight);
-                    if self.sem().tag_is_generation() {
+                    if self.model.tag_is_generation() {
                         self.note_stamp(slot, after.generation());
                     }
                 }
@@ -896,12 +909,12 @@ impl Sim {
         let mut out: Vec<Delivery> = Vec::new();
         for f in flights {
             let slot = f.ev.raw.slot as usize;
-            let sem = self.sem();
+            let generation_tags = self.model.tag_is_generation();
             let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
                 self.stale += 1;
                 continue;
             };
-            let (tag, current) = if f.synthetic || sem.tag_is_generation() {
+            let (tag, current) = if f.synthetic || generation_tags {
                 (Some(f.ev.raw.stamp), true)
             } else {
                 (
@@ -930,7 +943,7 @@ impl Sim {
                     });
                 }
                 None => match out.iter_mut().find(|d| d.owner == owner) {
-                    Some(d) if sem.split_filters() && !f.synthetic => {
+                    Some(d) if self.model.semantics().split_filters() && !f.synthetic => {
                         d.readiness.insert(f.ev.raw.readiness)
                     }
                     _ => self.stale += 1,
@@ -943,7 +956,7 @@ impl Sim {
     /// Checks (b) and (c) for a delivery to `owner` completing an arming for
     /// `interest`; returns the arming.
     fn check_delivery(&mut self, owner: usize, f: &Flight, interest: Interest) -> u64 {
-        let fixed_udata = self.sem() == Semantics::KqueueFixedUdata;
+        let fixed_udata = !self.model.tag_is_generation();
         let o = &mut self.owners[owner];
         let Some((armed_for, arming)) = o.spec else {
             panic!("(b) delivered {f:?} to registration {owner}, which is not armed");
@@ -1029,6 +1042,10 @@ impl Sim {
     /// (a): the kernel's state equals the table's, and the table's the ledger's.
     pub fn check(&self) {
         let sem = self.sem();
+        // kqueue with the generation in udata (each knote's own state), or with
+        // the incarnation (fixed at EV_ADD).
+        let kq_generation = sem.is_kqueue() && self.model.tag_is_generation();
+        let kq_fixed = sem.is_kqueue() && !self.model.tag_is_generation();
         for (slot, entry) in self.slots.iter().enumerate() {
             let Some(entry) = entry else { continue };
             let o = &self.owners[entry.owner];
@@ -1051,7 +1068,7 @@ impl Sim {
                     && !f.synthetic
                     && f.ev.raw.slot == slot as u32
                     && f.ev.raw.stamp
-                        == if sem.tag_is_generation() {
+                        == if self.model.tag_is_generation() {
                             g
                         } else {
                             Model::kqueue_stamp(entry.incarnation)
@@ -1069,7 +1086,7 @@ impl Sim {
             // kqueue with the generation in udata: each knote's own state.
             let knote = |f: pollshot::model::Filter| self.model.knotes().get(&(entry.fd, f));
             let ok = match phase {
-                Phase::Fresh if sem == Semantics::Kqueue => pollshot::model::Filter::BOTH
+                Phase::Fresh if kq_generation => pollshot::model::Filter::BOTH
                     .iter()
                     .all(|&f| !knote(f).is_some_and(|k| k.enabled && k.udata == tag)),
                 Phase::Fresh => !(view.armed.is_some() && view.tag == Some(tag)),
@@ -1080,7 +1097,7 @@ impl Sim {
                 // command decided"): the table says idle, the kernel armed, until
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
-                Phase::Idle if sem == Semantics::KqueueFixedUdata && o.raced => view.present,
+                Phase::Idle if kq_fixed && o.raced => view.present,
                 // Event ports: a quiet (`port_dissociate`) removes the association,
                 // a retrieved event leaves it inactive: either way nothing armed.
                 Phase::Idle if sem == Semantics::Ports => view.armed.is_none(),
@@ -1088,7 +1105,7 @@ impl Sim {
                 // Every filter of the interest carries this arming's udata and
                 // is enabled, or fired (an event of it in a thread's hands); no
                 // other filter is enabled.
-                Phase::Armed(i) if sem == Semantics::Kqueue => {
+                Phase::Armed(i) if kq_generation => {
                     let enabled = view.armed.map_or(0, Interest::bits);
                     let each = pollshot::model::Filter::BOTH.iter().all(|&f| {
                         let bit = match f {
@@ -1102,7 +1119,7 @@ impl Sim {
                     });
                     each && enabled & !i.bits() == 0
                 }
-                Phase::Armed(i) if sem == Semantics::KqueueFixedUdata => {
+                Phase::Armed(i) if kq_fixed => {
                     let enabled = view.armed.map_or(0, Interest::bits);
                     view.present
                         && view.tag == Some(tag)
@@ -1229,19 +1246,12 @@ impl Sim {
     }
 }
 
-/// Runs `ops` on epoll, both kqueue, poll and event ports semantics, each
-/// registration starting at generation `start`, checking every invariant, then
-/// parity: each registration neither tainted nor raced in any run has the same
-/// history in all five.
-pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 5] {
-    let mut sims = [
-        Semantics::Epoll,
-        Semantics::Kqueue,
-        Semantics::KqueueFixedUdata,
-        Semantics::Poll,
-        Semantics::Ports,
-    ]
-    .map(|s| Sim::new(s, start, policy));
+/// Runs `ops` on every semantics (`Semantics::ALL`: epoll, each kqueue kernel
+/// family, poll, event ports), each registration starting at generation
+/// `start`, checking every invariant, then parity: each registration neither
+/// tainted nor raced in any run has the same history in all of them.
+pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 7] {
+    let mut sims = Semantics::ALL.map(|s| Sim::new(s, start, policy));
     for op in ops {
         for s in sims.iter_mut() {
             s.apply(op);
@@ -1269,4 +1279,23 @@ pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> [Sim; 5] {
         }
     }
     sims
+}
+
+/// Runs `ops` on one semantics with the kqueue backend re-arming with `record`,
+/// checking every invariant (no parity). [`RearmRecord::Enable`] on
+/// `Semantics::KqueueNetBsd8` is the backend before its re-arm record: (d) finds
+/// the readiness it loses.
+pub fn run_one(
+    semantics: Semantics,
+    record: RearmRecord,
+    ops: &[Op],
+    start: u32,
+    policy: EpochPolicy,
+) -> Sim {
+    let mut sim = Sim::with_rearm(semantics, record, start, policy);
+    for op in ops {
+        sim.apply(op);
+    }
+    sim.finish();
+    sim
 }

@@ -346,7 +346,7 @@ pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
     assert_eq!(n, 0);
     if B::NAME == "uring" {
         // No waiter was blocked: the wake-up is a flag the deliver takes, no
-        // system call (backends/uring.rs).
+        // system call (backends/uring/).
         assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
     } else {
         assert_eq!(s.wakes, 1, "{s:?}");

@@ -17,6 +17,7 @@
 pub mod bodies;
 pub mod cases;
 pub mod contract;
+pub mod release;
 pub mod wakeups;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
@@ -110,6 +111,16 @@ macro_rules! suite {
             contract_delivery_disarms_both_directions,
             contract_arm_replaces_the_interest,
         ]);
+        suite!(@tests $backend, release, [
+            release_peer_reads_eof_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_peer_reads_eof_with_a_blocked_deliver,
+            release_listener_port_binds_again_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_listener_port_binds_again_with_a_blocked_deliver,
+            #[cfg(feature = "stats")]
+            release_deregister_costs_what_the_backend_says,
+        ]);
         suite!(@tests $backend, wakeups, [
             #[cfg(feature = "stats")]
             wake_stale_only_wait_keeps_waiting_until_the_deadline,
@@ -140,6 +151,7 @@ macro_rules! suite {
             meaning_refused_connect_is_writable_write_closed_error,
             meaning_reset_is_error_and_both_closed,
             meaning_own_shutdown_with_readable_interest_is_read_closed,
+            meaning_listener_shut_down_while_armed_is_read_closed,
         ]);
     };
     (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {

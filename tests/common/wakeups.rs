@@ -618,7 +618,7 @@ pub fn wake_notify_storm_without_waiters_costs_one_write<B: Backend>() {
     }
     let s = p.stats().since(&before);
     // io_uring: with no waiter blocked the binary waker is a flag the next wait
-    // takes, no system call at all (backends/uring.rs).
+    // takes, no system call at all (backends/uring/).
     let writes = if B::NAME == "uring" { 0 } else { 1 };
     assert_eq!(s.wakes, writes, "{s:?}");
     assert_eq!(s.syscalls(), writes, "{s:?}");
@@ -890,5 +890,25 @@ pub fn meaning_own_shutdown_with_readable_interest_is_read_closed<B: Backend>() 
     let ev = expect_one(&p, t);
     assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
     assert!(!ev.is_writable() && !ev.is_write_closed(), "{ev:?}");
+    p.deregister(t).unwrap();
+}
+
+/// A listening socket shut down while armed readable (the arming in the kernel,
+/// a wait already made): readable and read-closed, no error, on every backend
+/// (epoll, poll(2) and kqueue report it so; io_uring's request completed with the
+/// wake-up's `POLLERR`, which the backend replaces by the state). No error is
+/// pending (`SO_ERROR` is 0).
+pub fn meaning_listener_shut_down_while_armed_is_read_closed<B: Backend>() {
+    let p = poller::<B>();
+    let l = tcp_listener();
+    let t = p.register(&l).unwrap();
+    p.arm(t, Interest::READABLE).unwrap();
+    assert_no_events(&p, 1, Duration::from_millis(20));
+    // SAFETY: shutdown(2) on a socket this test owns.
+    assert_eq!(unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) }, 0);
+    let ev = expect_one(&p, t);
+    assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
+    assert!(!ev.is_error(), "{ev:?}");
+    assert_eq!(l.take_error().unwrap().map(|e| e.to_string()), None);
     p.deregister(t).unwrap();
 }

@@ -477,3 +477,48 @@ fn a_tcp_round_trip_through_the_facade() {
     poller.delete(&server).unwrap();
     poller.delete(&listener).unwrap();
 }
+
+/// `delete` then `close` while another thread sits in `wait`: the poller holds
+/// no reference to the socket when `delete` returns, so the peer reads EOF at
+/// once (on a poll(2)-only build the waiting thread's poll(2) held it until its
+/// wait ended). The peer's poll(2) timeout only bounds a failure. 20 trials.
+#[test]
+fn delete_and_close_while_another_thread_waits_releases_the_socket() {
+    let poller = Arc::new(Poller::new().unwrap());
+    for trial in 0..20 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        unsafe { poller.add(&a, Event::readable(7)).unwrap() };
+        let p = poller.clone();
+        let waiter = thread::spawn(move || {
+            let mut events = Events::new();
+            loop {
+                match p.wait(&mut events, LONG) {
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    r => break r.unwrap(),
+                }
+            }
+        });
+        // Likely in its wait by now; the outcome asserted holds either way.
+        thread::sleep(Duration::from_millis(5));
+        poller.delete(&a).unwrap();
+        drop(a);
+        let mut pfd = libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 2_000) };
+        assert_eq!(
+            n, 1,
+            "trial {trial}: the peer saw no EOF after delete + close"
+        );
+        b.set_nonblocking(true).unwrap();
+        assert_eq!((&b).read(&mut [0u8; 8]).unwrap(), 0, "trial {trial}");
+        poller.notify().unwrap();
+        assert_eq!(waiter.join().unwrap(), 0, "trial {trial}");
+    }
+}

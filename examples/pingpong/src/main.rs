@@ -42,11 +42,15 @@ fn backends() -> Vec<(&'static str, Runner)> {
     compiled.push(("kqueue", run::run::<pollshot::backends::Kqueue>));
     // Elsewhere a default backend with a kernel oneshot mechanism is kqueue (the
     // BSDs and Apple; pollshot's build.rs keeps the list of those targets).
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", windows)))]
     if pollshot::MULTIPLEXES_ONESHOT {
         compiled.push(("kqueue", run::run::<pollshot::DefaultBackend>));
     }
+    #[cfg(unix)]
     compiled.push(("blocking", run::run::<pollshot::backends::Blocking>));
+    // Windows: AFD poll on TCP loopback pairs (`run::connected_pair`).
+    #[cfg(windows)]
+    compiled.push(("afd", run::run::<pollshot::backends::Afd>));
     #[cfg(all(target_os = "linux", feature = "io-uring"))]
     compiled.push(("uring", run::run::<pollshot::backends::Uring>));
     compiled
@@ -83,6 +87,18 @@ fn words(backend: &str) -> Words {
             "waker",
             "change records per round trip (most ride on the waits)",
             ["EV_ADD", "EV_ENABLE", "EV_DISABLE", "EV_DELETE"],
+        ),
+        "afd" => (
+            "GetQueuedCompletionStatusEx",
+            Some("IOCTL_AFD_POLL and NtCancelIoFileEx"),
+            "PostQueuedCompletionStatus",
+            "AFD calls per round trip by command",
+            [
+                "first polls",
+                "re-polls",
+                "cancels to disarm",
+                "cancels to deregister",
+            ],
         ),
         "uring" => (
             "io_uring_enter waits",
@@ -180,7 +196,7 @@ fn main() {
     if chosen.is_empty() {
         let why = if backend == "uring" {
             "not compiled: build with --features io-uring (Linux)"
-        } else if ["epoll", "kqueue", "blocking"].contains(&backend.as_str()) {
+        } else if ["epoll", "kqueue", "blocking", "afd"].contains(&backend.as_str()) {
             "not compiled for this OS"
         } else {
             "unknown backend"

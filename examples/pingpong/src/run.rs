@@ -11,7 +11,11 @@
 
 use pollshot::{Backend, Events, Interest, Poller, Stats, Token};
 use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
+#[cfg(unix)]
+use std::os::unix::net::UnixStream as Sock;
+// Windows has no socketpair: a TCP loopback pair (`connected_pair`).
+#[cfg(windows)]
+use std::net::TcpStream as Sock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +44,7 @@ pub struct Report {
 
 /// One end of a socketpair and what its handler remembers.
 struct Endpoint {
-    sock: UnixStream,
+    sock: Sock,
     pair: usize,
     client: bool,
     state: Mutex<State>,
@@ -162,12 +166,30 @@ impl<B: Backend> Shared<B> {
 }
 
 /// A 64-byte write to a socket with room for it completes at once.
-fn write_message(mut sock: &UnixStream, msg: &[u8; MSG]) -> io::Result<()> {
+fn write_message(mut sock: &Sock, msg: &[u8; MSG]) -> io::Result<()> {
     let n = sock.write(msg)?;
     if n != MSG {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
     }
     Ok(())
+}
+
+/// A connected pair of sockets: a socketpair on Unix.
+#[cfg(unix)]
+fn connected_pair() -> io::Result<(Sock, Sock)> {
+    Sock::pair()
+}
+
+/// A connected pair of sockets: on Windows a TCP loopback pair, Nagle off.
+#[cfg(windows)]
+fn connected_pair() -> io::Result<(Sock, Sock)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let client = Sock::connect(listener.local_addr()?)?;
+    let (echo, _) = listener.accept()?;
+    for s in [&client, &echo] {
+        s.set_nodelay(true)?;
+    }
+    Ok((client, echo))
 }
 
 /// Adds what failed to an error: `socketpair: Too many open files`.
@@ -186,7 +208,7 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
     let quota = rounds.div_ceil(pairs as u64).max(1);
     let mut endpoints = Vec::with_capacity(2 * pairs);
     for pair in 0..pairs {
-        let (client, echo) = UnixStream::pair().map_err(context("socketpair"))?;
+        let (client, echo) = connected_pair().map_err(context("socketpair"))?;
         for (sock, is_client) in [(client, true), (echo, false)] {
             sock.set_nonblocking(true)?;
             endpoints.push(Endpoint {
@@ -287,7 +309,6 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::run;
-    use pollshot::backends::Blocking;
 
     /// A short real run on each backend that keeps its delivery exact: every round
     /// trip completes, each side reads and writes once per round trip, and no
@@ -305,8 +326,15 @@ mod tests {
         exact::<pollshot::backends::Epoll>();
     }
 
+    #[cfg(unix)]
     #[test]
     fn blocking_run_is_exact() {
-        exact::<Blocking>();
+        exact::<pollshot::backends::Blocking>();
+    }
+
+    #[cfg(windows)]
+    #[test]
+    fn afd_run_is_exact() {
+        exact::<pollshot::backends::Afd>();
     }
 }

@@ -1,0 +1,117 @@
+//! Fork and thread exit: a forked child drops its copy of the ring without
+//! touching the parent's, and a thread that submitted to a ring queues its
+//! pending requests again when it exits.
+
+use super::ring::{Ring, EPOLL_SLOT, NONE};
+use crate::stats::Count;
+use crate::token::pack64;
+use io_uring::{opcode, types};
+use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::cell::RefCell;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.abandoned.load(Ordering::Relaxed) {
+            let fd = self.ring.as_raw_fd();
+            // SAFETY: the child's copy of the ring's descriptor is owned by this
+            // `IoUring`, which is never used or dropped after this (its mappings are
+            // not the child's to unmap); closing the copy leaves the parent's ring
+            // alone.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else {
+            // SAFETY: the ring is dropped once, here, and not used afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.ring) };
+        }
+    }
+}
+
+/// The rings a thread has submitted to. The kernel ties a poll request to the
+/// thread whose `io_uring_enter` submitted it: once that thread has exited, the
+/// request completes with `-ECANCELED` when it would fire, from a kernel worker
+/// about a jiffy later. So a thread that exits queues every pending request again
+/// (a remove of the old one and the same poll), for a live thread's next enter to
+/// submit, and kicks a leader blocked in the kernel so that it does so at once.
+pub(super) struct Submitters(RefCell<Vec<Weak<Ring>>>);
+
+impl Drop for Submitters {
+    fn drop(&mut self) {
+        for ring in self.0.get_mut().drain(..) {
+            if let Some(ring) = ring.upgrade() {
+                // In a forked child the ring's memory is not mapped (MADV_DONTFORK)
+                // and its requests are the parent's: nothing to do.
+                if ring.forks == crate::fork::count() {
+                    ring.requeue_all();
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SUBMITTERS: Submitters = const { Submitters(RefCell::new(Vec::new())) };
+}
+
+impl Ring {
+    /// Records that this thread submits to this ring (see [`Submitters`]).
+    #[inline(always)]
+    pub(super) fn note_submitter(&self) {
+        // During the thread's own teardown the list is gone: nothing to record.
+        let _ = SUBMITTERS.try_with(|list| {
+            let mut list = list.0.borrow_mut();
+            if list.iter().any(|r| Weak::ptr_eq(r, &self.me)) {
+                return;
+            }
+            list.retain(|r| r.strong_count() > 0);
+            list.push(self.me.clone());
+        });
+    }
+
+    /// A thread that submitted to this ring is exiting: queue every pending request
+    /// again (see [`Submitters`]).
+    pub(super) fn requeue_all(&self) {
+        let kick = {
+            let mut g = self.lock();
+            let mut queued = false;
+            for i in 0..g.pending.len() {
+                let p = g.pending[i];
+                if p.user_data == NONE || p.via_epoll {
+                    continue;
+                }
+                let remove = self.remove_entry(p.user_data);
+                let again = opcode::PollAdd::new(types::Fd(p.fd), p.events)
+                    .build()
+                    .user_data(p.user_data);
+                if self.push(&mut g, &remove).is_err() || self.push(&mut g, &again).is_err() {
+                    break;
+                }
+                g.pending[i].older += 1;
+                queued = true;
+            }
+            if g.epoll_poll != 0 {
+                // The private epoll's poll too, under a new stamp: the old one's
+                // -ECANCELED (the remove's answer, or the exit's) is then stale.
+                let remove = self.remove_entry(pack64(EPOLL_SLOT, g.epoll_poll));
+                g.epoll_poll = 0;
+                if self.push(&mut g, &remove).is_ok() {
+                    if let Some(again) = self.epoll_poll(&mut g) {
+                        queued |= self.push(&mut g, &again).is_ok();
+                    }
+                }
+            }
+            let kick = queued && g.leader && !g.kicked;
+            if kick {
+                g.kicked = true;
+            }
+            kick
+        };
+        if kick {
+            // The leader returns, finds nothing to deliver, and enters again,
+            // submitting what was queued from its own, live, thread.
+            self.counters.one(Count::Wake);
+            let _ = rustix::io::write(&self.waker, &1u64.to_ne_bytes());
+        }
+    }
+}

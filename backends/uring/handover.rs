@@ -1,0 +1,233 @@
+//! Several waiters on one ring: the leader blocked in `io_uring_enter`, the
+//! followers on the hand-over futex, and the binary waker.
+
+use super::ring::{Ring, Shared, ENTRIES};
+use crate::backend::RawEvent;
+use crate::deadline::Countdown;
+use crate::stats::Count;
+use io_uring::types;
+use rustix::io::Errno;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::Duration;
+
+/// The longest single futex wait of a follower (the loop around it goes on).
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
+
+impl Ring {
+    /// One `io_uring_enter` that submits what is queued and waits for a completion
+    /// for at most `timeout` (`None`: no limit). Timing out is `Ok`. Returns how
+    /// many entries it submitted: the kernel answers that count, not EINTR, when a
+    /// signal ends the wait of an enter that submitted something.
+    pub(super) fn enter(&self, timeout: Option<Duration>) -> io::Result<usize> {
+        self.counters.one(Count::Wait);
+        let submitter = self.ring.submitter();
+        let r = match timeout {
+            None => submitter.submit_and_wait(1),
+            Some(t) => {
+                // A timespec as long as the kernel accepts: clamp what is huge.
+                let t = t.min(Duration::from_secs(1 << 40));
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                submitter.submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(submitted) => Ok(submitted),
+            // ETIME: timed out. EBUSY: completions wait in the overflow list; the
+            // reap that follows flushes them.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An enter that submits and runs what is due without waiting.
+    pub(super) fn enter_nowait(&self) -> io::Result<()> {
+        self.counters.one(Count::Wait);
+        // SAFETY: no argument structure is passed (a null pointer).
+        let r = unsafe {
+            let submitter = self.ring.submitter();
+            submitter.enter::<libc::sigset_t>(
+                ENTRIES,
+                0,
+                io_uring::EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The wait: see the module docs. Returns whether it consumed a wake-up.
+    pub(super) fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let max = max.max(1);
+        let deadline = Countdown::new(timeout);
+        self.note_submitter();
+        let mut g = self.lock();
+        let mut polls = 0u8;
+        loop {
+            let consumed = std::mem::replace(&mut g.woken, false);
+            if !g.parked.is_empty() {
+                // What a deregister took from the queue while it waited.
+                let n = g.parked.len().min(max.saturating_sub(out.len()));
+                out.extend(g.parked.drain(..n));
+            }
+            let left = self.reap(&mut g, out, max)? || !g.parked.is_empty();
+            if consumed || !out.is_empty() {
+                return Ok(self.leave(g, consumed, left));
+            }
+            let remaining = deadline.left();
+            if remaining == Some(Duration::ZERO) {
+                // SAFETY: under the mutex: the only submission queue handle; it only
+                // reads the queue's length.
+                let queued = !unsafe { self.ring.submission_shared() }.is_empty();
+                // A poll: submit what is queued and collect what is due; again only
+                // for what the reap queued (a cancelled request), a few times.
+                if polls >= 3 || (polls > 0 && !queued) {
+                    return Ok(self.leave(g, false, left));
+                }
+                polls += 1;
+                drop(g);
+                let r = self.enter_nowait();
+                g = self.lock();
+                r?;
+                continue;
+            }
+            if g.leader {
+                g.followers += 1;
+                let seen = self.handoff.load(Ordering::Relaxed);
+                drop(g);
+                let r = self.follow(seen, remaining);
+                g = self.lock();
+                g.followers -= 1;
+                if let Err(e) = r {
+                    if !g.leader && g.followers > 0 {
+                        // A hand-over may have been meant for this thread: pass it on.
+                        self.hand_over(&g);
+                    }
+                    return Err(e);
+                }
+                continue;
+            }
+            g.leader = true;
+            let posted = g.reaped + self.queued_completions(&g);
+            drop(g);
+            let r = self.enter(remaining);
+            polls += 1;
+            g = self.lock();
+            g.leader = false;
+            g.kicked = false;
+            // A follower leads next, or takes what this one has no room for.
+            self.left_kernel(&g);
+            if r? > 0
+                && g.reaped + self.queued_completions(&g) == posted
+                && !g.woken
+                && !deadline.passed()
+            {
+                // It submitted, nothing was posted, and time is left: a signal
+                // ended the wait (the kernel answered the count, not EINTR).
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
+        }
+    }
+
+    /// A follower's wait for a hand-over: until the `handoff` word moves on from
+    /// `seen`, for at most `timeout`. A signal is `Err(Interrupted)`; a timeout,
+    /// a hand-over and a spurious wake-up are `Ok` (the caller looks again).
+    pub(super) fn follow(&self, seen: u32, timeout: Option<Duration>) -> io::Result<()> {
+        let ts = timeout.map(|t| {
+            let t = t.min(HOUR);
+            rustix::thread::futex::Timespec {
+                tv_sec: t.as_secs() as _,
+                tv_nsec: t.subsec_nanos() as _,
+            }
+        });
+        match rustix::thread::futex::wait(
+            &self.handoff,
+            rustix::thread::futex::Flags::PRIVATE,
+            seen,
+            ts.as_ref(),
+        ) {
+            Err(Errno::INTR) => Err(io::Error::from_raw_os_error(libc::EINTR)),
+            // Woken, EAGAIN (moved on before the wait began), ETIMEDOUT.
+            _ => Ok(()),
+        }
+    }
+
+    /// Wakes one follower (under the mutex, so a follower between reading the
+    /// word and waiting on it sees the word move and does not block).
+    pub(super) fn hand_over(&self, _held: &MutexGuard<'_, Shared>) {
+        self.handoff.fetch_add(1, Ordering::Relaxed);
+        let _ =
+            rustix::thread::futex::wake(&self.handoff, rustix::thread::futex::Flags::PRIVATE, 1);
+    }
+
+    /// Completions in the queue, not yet taken (under the mutex).
+    pub(super) fn queued_completions(&self, _held: &MutexGuard<'_, Shared>) -> u64 {
+        // SAFETY: under the mutex: the only completion queue handle; it only reads
+        // the queue's length.
+        unsafe { self.ring.completion_shared() }.len() as u64
+    }
+
+    /// Returns from a wait: hands what is left (completions, notifies) to a
+    /// follower, and submits what the reap queued if a leader is in the kernel.
+    pub(super) fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
+        if left && g.followers > 0 {
+            self.hand_over(&g);
+        }
+        // SAFETY: under the mutex: the only submission queue handle; it only reads
+        // the queue's length.
+        let queued = g.leader && !unsafe { self.ring.submission_shared() }.is_empty();
+        drop(g);
+        if queued {
+            // A failure here would surface at the leader's own enter.
+            let _ = self.submit_for_leader(true);
+        }
+        consumed
+    }
+
+    /// The binary waker (see the module docs): the next wait to look, or a
+    /// blocked one, returns woken.
+    pub(super) fn wake(&self) -> io::Result<()> {
+        let kick = {
+            let mut g = self.lock();
+            if g.woken {
+                return Ok(()); // merges with the one no wait has taken yet
+            }
+            g.woken = true;
+            if g.followers > 0 {
+                self.hand_over(&g);
+                false
+            } else if g.leader && !g.kicked {
+                g.kicked = true;
+                true
+            } else {
+                false
+            }
+        };
+        if !kick {
+            return Ok(());
+        }
+        self.counters.one(Count::Wake);
+        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+            // EAGAIN: the counter is at its maximum; the poll fires for readability
+            // all the same.
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => {
+                let mut g = self.lock();
+                g.kicked = false;
+                g.woken = false;
+                Err(e.into())
+            }
+        }
+    }
+}
