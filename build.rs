@@ -1,6 +1,7 @@
 //! Sets `cfg(pollshot_kqueue)` where the kqueue backend is compiled (the BSDs and
-//! Apple targets, or Linux with `--cfg pollshot_libkqueue`), and links libkqueue
-//! for the `--cfg pollshot_libkqueue` build on Linux.
+//! Apple targets, or Linux with `--cfg pollshot_libkqueue` or `--cfg pollshot_rump`),
+//! links libkqueue for the `--cfg pollshot_libkqueue` build on Linux, and a NetBSD
+//! rump kernel for the `--cfg pollshot_rump` one (see [`rump`]).
 //!
 //! The library is found, in order, through:
 //! 1. `LIBKQUEUE_DIR`: the directory holding `libkqueue.so` (or `libkqueue.a`);
@@ -26,14 +27,18 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
 
     let libkqueue = env::var_os("CARGO_CFG_POLLSHOT_LIBKQUEUE").is_some();
+    let rump = env::var_os("CARGO_CFG_POLLSHOT_RUMP").is_some();
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let linux = os == "linux";
 
     // `pollshot_kqueue`: the kqueue backend's system-call layer is compiled (the
-    // BSDs and Apple, or Linux against libkqueue).
+    // BSDs and Apple, or Linux against libkqueue or a NetBSD rump kernel).
     let kqueue_os = is_kqueue_os(&os);
-    if kqueue_os || (libkqueue && linux) {
+    if kqueue_os || ((libkqueue || rump) && linux) {
         println!("cargo:rustc-cfg=pollshot_kqueue");
+    }
+    if rump && linux {
+        return self::rump();
     }
 
     if !(libkqueue && linux) {
@@ -88,4 +93,40 @@ fn pkg_config_libs() -> Result<String, String> {
         return Err(format!("{program} --libs libkqueue: {}", err.trim()));
     }
     String::from_utf8(out.stdout).map_err(|e| format!("{program} output: {e}"))
+}
+
+/// Links a NetBSD rump kernel for `--cfg pollshot_rump`: `POLLSHOT_RUMP_DIR` is
+/// the prefix buildrump.sh installed into (`-d`; its `lib/` holds `librump.so`).
+/// The component libraries are linked with `--no-as-needed`: nothing names their
+/// symbols (`rump_init` finds them among the loaded objects), so the linker would
+/// drop them, and a rump kernel without `rumpnet_local` has no `AF_LOCAL`.
+/// These are link arguments, so they reach this package's own tests, examples and
+/// benches (the only users of this cfg), and an rpath lets them run without
+/// `LD_LIBRARY_PATH`. Without the variable the build only warns: `cargo check`
+/// needs no library. The crate never builds, vendors or ships the rump kernel.
+fn rump() {
+    println!("cargo:rerun-if-env-changed=POLLSHOT_RUMP_DIR");
+    let Some(prefix) = env::var_os("POLLSHOT_RUMP_DIR") else {
+        println!(
+            "cargo:warning=pollshot: --cfg pollshot_rump but POLLSHOT_RUMP_DIR is not set; \
+             set it to the rump kernel's prefix (buildrump.sh -d). `cargo check` works \
+             without it; linking needs it."
+        );
+        return;
+    };
+    let lib = Path::new(&prefix).join("lib");
+    if !lib.join("librump.so").is_file() {
+        println!(
+            "cargo:warning=pollshot: POLLSHOT_RUMP_DIR={}: no lib/librump.so there",
+            Path::new(&prefix).display()
+        );
+    }
+    let lib = lib.display();
+    println!("cargo:rustc-link-arg=-L{lib}");
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+    for l in ["rumpnet_local", "rumpnet", "rumpvfs", "rump", "rumpuser"] {
+        println!("cargo:rustc-link-arg=-l{l}");
+    }
+    println!("cargo:rustc-link-arg=-Wl,--as-needed");
 }

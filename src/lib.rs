@@ -85,6 +85,9 @@
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an
 //!   installed libkqueue (for testing it without a BSD kernel).
+//! - `--cfg pollshot_rump`: compile the kqueue backend on Linux against a NetBSD
+//!   rump kernel (NetBSD's kernel code in the process: descriptors are the rump
+//!   kernel's, registered with `register_raw`), for the crate's own tests.
 
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -6,7 +6,7 @@
 //!
 //! Runs on the BSDs and Apple, and on Linux with `--cfg pollshot_libkqueue` against
 //! an installed libkqueue (see the README).
-#![cfg(pollshot_kqueue)]
+#![cfg(all(pollshot_kqueue, not(pollshot_rump)))] // host descriptors: not on a rump kernel
 
 use pollshot::backends::Kqueue;
 use pollshot::{Events, Interest, Poller};

@@ -14,11 +14,12 @@ use crate::deadline::Countdown;
 use crate::error::classify;
 use crate::event::Readiness;
 use crate::interest::Interest;
-use crate::pipe;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::unpack_usize;
-use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+#[cfg(not(pollshot_rump))]
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsRawFd, RawFd};
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -35,7 +36,7 @@ enum Waker {
     /// An `EVFILT_USER` knote, ident 0.
     User,
     /// A pipe whose read end is registered level-triggered.
-    Pipe { read: OwnedFd, write: OwnedFd },
+    Pipe { read: sys::Fd, write: sys::Fd },
 }
 
 /// The kqueue backend (FreeBSD, DragonFly, NetBSD, OpenBSD, Apple targets):
@@ -45,7 +46,7 @@ enum Waker {
 /// [`backends/kqueue/mod.rs`](https://docs.rs/crate/pollshot/latest/source/backends/kqueue/mod.rs).
 pub struct Kqueue {
     /// `ManuallyDrop`: in a forked child the number is not ours to close.
-    kq: ManuallyDrop<OwnedFd>,
+    kq: ManuallyDrop<sys::Fd>,
     waker: Waker,
     pub(super) queue: Queue,
     /// A [`Driver::wake`] no wait has taken yet: the wait that takes it returns.
@@ -67,13 +68,6 @@ impl std::fmt::Debug for Kqueue {
 }
 
 impl Backend for Kqueue {}
-
-/// Borrows a descriptor number for fstat(2).
-fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
-    // SAFETY: the number is only passed to fstat(2), which answers EBADF for a
-    // closed one; it is never closed or used for I/O here.
-    unsafe { BorrowedFd::borrow_raw(fd) }
-}
 
 /// The `io::Error` of a kernel errno.
 pub(super) fn os(errno: i32) -> io::Error {
@@ -101,12 +95,12 @@ impl Kqueue {
     }
 
     /// A new kqueue and its waker.
-    fn create() -> io::Result<(OwnedFd, Waker)> {
+    fn create() -> io::Result<(sys::Fd, Waker)> {
         let kq = sys::new_kqueue()?;
         let (waker, reg) = if sys::USER_WAKER {
             (Waker::User, sys::user_waker(false))
         } else {
-            let (read, write) = pipe::nonblocking_pipe()?;
+            let (read, write) = sys::waker_pipe()?;
             let reg = sys::pipe_waker(read.as_raw_fd());
             (Waker::Pipe { read, write }, reg)
         };
@@ -167,7 +161,7 @@ impl Kqueue {
                 let mut none: [MaybeUninit<KEvent>; 0] = [];
                 sys::call(self.kq(), &[sys::user_waker(true)], &mut none, None).map(drop)
             }
-            Waker::Pipe { write, .. } => pipe::wake(write),
+            Waker::Pipe { write, .. } => sys::wake_pipe(write),
         };
         if r.is_err() {
             self.woken.store(false, SeqCst);
@@ -241,15 +235,10 @@ impl Driver for Kqueue {
     /// reported always ready (one fstat(2) tells), as on epoll: kqueue would
     /// never report a file at its end as readable.
     fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
-        match rustix::fs::fstat(fd_ref(fd)) {
-            Ok(st)
-                if rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    == rustix::fs::FileType::RegularFile =>
-            {
-                return Err(KernelError::NotPollable);
-            }
-            Ok(_) => {}
-            Err(e) => return Err(classify(e.into(), &[])),
+        match sys::is_regular_file(fd) {
+            Ok(true) => return Err(KernelError::NotPollable),
+            Ok(false) => {}
+            Err(e) => return Err(classify(e, &[])),
         }
         self.command(fd, tag, Command::Add(interest), false)
     }
@@ -436,7 +425,7 @@ impl Driver for Kqueue {
             }
             if woke {
                 if let Waker::Pipe { read, .. } = &self.waker {
-                    self.counters.bump(Count::WakeRead, pipe::drain(read));
+                    self.counters.bump(Count::WakeRead, sys::drain_pipe(read));
                 }
                 // Clear before reading `user_woken`: a notify that lands in between
                 // either sees `woken` clear and wakes again, or stored its flag
@@ -517,6 +506,8 @@ impl Drop for Kqueue {
     }
 }
 
+// Not on a rump kernel: its kqueue is no host descriptor.
+#[cfg(not(pollshot_rump))]
 impl AsFd for Kqueue {
     /// The kqueue (to nest this poller in another).
     fn as_fd(&self) -> BorrowedFd<'_> {

@@ -1,5 +1,6 @@
 //! The kqueue backend (FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS; on Linux
-//! against libkqueue with `--cfg pollshot_libkqueue`): `EV_DISPATCH` on every arm.
+//! against libkqueue with `--cfg pollshot_libkqueue`, or against a NetBSD rump
+//! kernel with `--cfg pollshot_rump`): `EV_DISPATCH` on every arm.
 //!
 //! The rooms, each with one job:
 //!
@@ -14,7 +15,10 @@
 //!   - `sys.rs`, the system interface: `struct kevent` and the FFI for libkqueue,
 //!     the flag values asserted against the target's headers, record builders, and
 //!     the one `kevent` wrapper (`sys::call`) and `kqueue` wrapper
-//!     (`sys::new_kqueue`);
+//!     (`sys::new_kqueue`), and the descriptors the backend owns (`sys::Fd`);
+//!     on a rump kernel, `sys_rump.rs` gives it the rump kernel's `struct
+//!     kevent`, system calls and descriptors (NetBSD 7.99's kqueue, run in the
+//!     process: `tests/rump.rs`);
 //!   - `backend.rs`, the [`Backend`](crate::backend::Backend) impl: the kqueue and
 //!     its waker, and every call of `sys::call` (the waker's registration and
 //!     trigger, change-only submissions, the wait that carries queued changes);

@@ -1,15 +1,33 @@
 //! The system interface: libc's declarations on the BSDs and Apple, our own for
 //! libkqueue on Linux (neither libc nor rustix declares kqueue there). Everything
-//! that differs between kqueue implementations is in this module.
+//! that differs between kqueue implementations is in this module (and, for a
+//! NetBSD rump kernel, `--cfg pollshot_rump`, in `sys_rump.rs`).
 
 use super::changes::{self, Action, Change, Filter};
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
+#[cfg(not(pollshot_rump))]
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
+#[cfg(all(pollshot_rump, pollshot_libkqueue))]
+compile_error!("--cfg pollshot_rump and --cfg pollshot_libkqueue are two kqueues: pass one");
+
+// A NetBSD rump kernel (`--cfg pollshot_rump`): its declarations and descriptors.
+#[cfg(pollshot_rump)]
+#[path = "sys_rump.rs"]
+mod rump;
+#[cfg(pollshot_rump)]
+pub(super) use self::rump::{
+    drain_pipe, is_regular_file, new_kqueue, wake_pipe, waker_pipe, Fd, KEvent, ENABLE_EXTRA,
+    NOT_POLLABLE, WAIT_RETURNS_CHANGE_ERRORS,
+};
+
 cfg_if::cfg_if! {
-    if #[cfg(target_os = "linux")] {
+    if #[cfg(pollshot_rump)] {
+        use self::rump::{kevent, EVFILT_READ, EVFILT_WRITE};
+    } else if #[cfg(target_os = "linux")] {
         use libc::{c_int, c_void};
 
         /// libkqueue's `struct kevent` (`<kqueue/sys/event.h>`): 32 bytes on
@@ -98,7 +116,7 @@ cfg_if::cfg_if! {
         pub(super) const ENABLE_EXTRA: u16 = changes::EV_CLEAR;
     } else {
         use libc::{kevent, EVFILT_READ, EVFILT_WRITE};
-        #[cfg(not(any(target_os = "openbsd", target_os = "netbsd")))]
+        #[cfg(not(any(target_os = "openbsd", target_os = "netbsd", pollshot_rump)))]
         use libc::{EVFILT_USER, NOTE_TRIGGER};
 
         /// The target's `struct kevent` (field types differ: NetBSD's `filter`
@@ -148,7 +166,11 @@ pub(super) const UDATA_IS_GENERATION: bool = cfg!(target_pointer_width = "64");
 
 /// Whether the waker is an `EVFILT_USER` knote (else a pipe). OpenBSD and NetBSD
 /// gained `EVFILT_USER` recently (NetBSD 10), so they use the pipe.
-pub(super) const USER_WAKER: bool = cfg!(not(any(target_os = "openbsd", target_os = "netbsd")));
+pub(super) const USER_WAKER: bool = cfg!(not(any(
+    target_os = "openbsd",
+    target_os = "netbsd",
+    pollshot_rump
+)));
 
 /// What a returned kevent is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +218,7 @@ pub(super) fn pipe_waker(fd: RawFd) -> KEvent {
 
 /// The `EVFILT_USER` waker's registration (ident 0, `EV_CLEAR`: one trigger is
 /// reported once), or its trigger.
-#[cfg(not(any(target_os = "openbsd", target_os = "netbsd")))]
+#[cfg(not(any(target_os = "openbsd", target_os = "netbsd", pollshot_rump)))]
 #[allow(clippy::unnecessary_cast)]
 pub(super) fn user_waker(trigger: bool) -> KEvent {
     // SAFETY: as in `make`.
@@ -210,7 +232,7 @@ pub(super) fn user_waker(trigger: bool) -> KEvent {
     k
 }
 
-#[cfg(any(target_os = "openbsd", target_os = "netbsd"))]
+#[cfg(any(target_os = "openbsd", target_os = "netbsd", pollshot_rump))]
 pub(super) fn user_waker(_trigger: bool) -> KEvent {
     unreachable!("no EVFILT_USER waker on this target")
 }
@@ -228,12 +250,12 @@ pub(super) fn kind(k: &KEvent) -> Kind {
     }
 }
 
-#[cfg(not(any(target_os = "openbsd", target_os = "netbsd")))]
+#[cfg(not(any(target_os = "openbsd", target_os = "netbsd", pollshot_rump)))]
 fn is_user(k: &KEvent) -> bool {
     k.filter == EVFILT_USER
 }
 
-#[cfg(any(target_os = "openbsd", target_os = "netbsd"))]
+#[cfg(any(target_os = "openbsd", target_os = "netbsd", pollshot_rump))]
 fn is_user(_: &KEvent) -> bool {
     false
 }
@@ -266,7 +288,30 @@ pub(super) fn udata(k: &KEvent) -> usize {
     k.udata as usize
 }
 
+/// The descriptors the backend owns (the kqueue, the waker's pipe): the host's
+/// (on a rump kernel, its own: `sys_rump.rs`).
+#[cfg(not(pollshot_rump))]
+pub(super) type Fd = OwnedFd;
+
+/// The waker's pipe, its wake-up and its drain: the host's.
+#[cfg(not(pollshot_rump))]
+pub(super) use crate::pipe::{
+    drain as drain_pipe, nonblocking_pipe as waker_pipe, wake as wake_pipe,
+};
+
+/// Whether `fd` is a regular file (fstat(2)). Errors: the kernel's (EBADF for a
+/// closed number).
+#[cfg(not(pollshot_rump))]
+pub(super) fn is_regular_file(fd: RawFd) -> io::Result<bool> {
+    use rustix::fs::FileType;
+    // SAFETY: the number is only passed to fstat(2), which answers EBADF for a
+    // closed one; it is never closed or used for I/O here.
+    let st = rustix::fs::fstat(unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) })?;
+    Ok(FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+}
+
 /// A new kqueue, close-on-exec.
+#[cfg(not(pollshot_rump))]
 pub(super) fn new_kqueue() -> io::Result<OwnedFd> {
     #[cfg(target_os = "netbsd")]
     // SAFETY: kqueue1(2) takes flags only.
@@ -293,7 +338,7 @@ pub(super) fn new_kqueue() -> io::Result<OwnedFd> {
 /// and sets no errno (`kevent_copyin_one`, `evfilt_read_knote_modify`). With
 /// errno cleared first that answer reads as 0, which is the truth (the knote was
 /// enabled); a real refusal of the enable still sets its own errno.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(pollshot_rump)))]
 fn clear_errno() {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = 0 };
@@ -321,7 +366,7 @@ pub(super) fn call(
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(pollshot_rump)))]
     clear_errno();
     // SAFETY: `changes` holds `changes.len()` initialised records; the kernel
     // writes at most `events.len()` entries into `events` (MaybeUninit has the

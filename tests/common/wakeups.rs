@@ -26,7 +26,7 @@ pub const TRIALS: usize = 20;
 /// Waits (without a deadline that decides anything) until `n` threads are counted
 /// as waiters in `p`'s `deliver`; panics after [`HANG_AFTER`].
 #[cfg(feature = "stats")]
-fn until_waiters<B: Backend>(p: &Poller<B>, n: usize) {
+pub fn until_waiters<B: Backend>(p: &Poller<B>, n: usize) {
     let start = Instant::now();
     while p.waiters() < n {
         assert!(
