@@ -164,6 +164,9 @@ fn poll_flags(interest: Interest) -> PollFlags {
     if interest.is_writable() {
         f |= PollFlags::OUT;
     }
+    if interest.is_priority() {
+        f |= PollFlags::PRI;
+    }
     f
 }
 

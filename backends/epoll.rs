@@ -69,6 +69,9 @@ fn flags_for(interest: Interest) -> EventFlags {
     if interest.is_writable() {
         flags |= EventFlags::OUT;
     }
+    if interest.is_priority() {
+        flags |= EventFlags::PRI;
+    }
     flags
 }
 

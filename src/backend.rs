@@ -74,6 +74,21 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// wait (kqueue: one knote per filter). The poller merges them into one event.
     const SPLIT_FILTERS: bool;
 
+    /// Whether the kernel can be asked for [`Interest::PRIORITY`] (epoll
+    /// `EPOLLPRI`, poll(2) and io_uring `POLLPRI`). Where not (kqueue), the
+    /// poller refuses such an arm with `ErrorKind::Unsupported` before any
+    /// command, so `add` and `modify` never see the bit.
+    const PRIORITY: bool = true;
+
+    /// Whether [`Interest::PRIORITY`] may be asked for without
+    /// [`Interest::READABLE`]. io_uring: no. A socket wakes its waiters with
+    /// `EPOLLPRI` in the key for all data (`sock_def_readable`), so the kernel's
+    /// `io_poll_wake` takes a oneshot poll request that asks for `POLLPRI` off the
+    /// wait queue when ordinary data arrives, and urgent data that comes after
+    /// it completes nothing: the poller refuses such an arm with
+    /// `ErrorKind::Unsupported` rather than lose the event.
+    const PRIORITY_WITHOUT_READABLE: bool = true;
+
     /// A new kernel instance and waker, both close-on-exec.
     ///
     /// # Errors

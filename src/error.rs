@@ -7,6 +7,27 @@ use crate::raw::RawFd;
 use crate::state::KernelError;
 use std::io;
 
+/// An arm with `Interest::PRIORITY` on a backend that cannot ask for it at all
+/// (`offered` false), or not without `READABLE`.
+#[cold]
+pub(crate) fn priority_unsupported(backend: &'static str, offered: bool) -> io::Error {
+    let msg = if offered {
+        format!(
+            "pollshot arm: Interest::PRIORITY without READABLE is not offered on {backend} \
+             (ordinary data takes a POLLPRI-only poll request off the socket's wait queue, \
+             and urgent data after it would wake nothing); arm READABLE | PRIORITY"
+        )
+    } else {
+        format!(
+            "pollshot arm: Interest::PRIORITY is not offered on {backend} (no filter for \
+             urgent data on every kqueue; EVFILT_EXCEPT with NOTE_OOB exists on macOS, \
+             OpenBSD and DragonFly only); arm READABLE, and read urgent data inline \
+             (SO_OOBINLINE)"
+        )
+    };
+    io::Error::new(io::ErrorKind::Unsupported, msg)
+}
+
 /// The `io::Error` for a kernel refusal: the kernel's errno as it came.
 pub(crate) fn kernel(e: KernelError) -> io::Error {
     match e {

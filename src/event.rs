@@ -24,6 +24,8 @@ impl Readiness {
     pub const WRITE_CLOSED: Readiness = Readiness(8);
     /// See the [`Event`] method of the same name.
     pub const ERROR: Readiness = Readiness(16);
+    /// See the [`Event`] method of the same name.
+    pub const PRIORITY: Readiness = Readiness(32);
     /// No bit set.
     pub const EMPTY: Readiness = Readiness(0);
 
@@ -50,7 +52,9 @@ impl Readiness {
     /// `revents` use the same values on Linux, and the poll(2) backend converts to
     /// them elsewhere), by the rules of [`Event`]:
     ///
-    /// - IN, PRI: readable. OUT: writable.
+    /// - IN: readable. OUT: writable. PRI: priority (not readable: TCP urgent
+    ///   data alone leaves an ordinary read blocking, tcp_poll(); only an arming
+    ///   with [`Interest::PRIORITY`] asks for it).
     /// - RDHUP: readable and read-closed (the peer shut down its writing side).
     /// - HUP: both directions closed: readable, writable, read- and write-closed.
     /// - ERR: error, and readable and writable (the next I/O call reports the error
@@ -68,8 +72,11 @@ impl Readiness {
         const HUP: u32 = 0x010;
         const RDHUP: u32 = 0x2000;
         let mut r = 0;
-        if bits & (IN | PRI) != 0 {
+        if bits & IN != 0 {
             r |= Readiness::READABLE.0;
+        }
+        if bits & PRI != 0 {
+            r |= Readiness::PRIORITY.0;
         }
         if bits & OUT != 0 {
             r |= Readiness::WRITABLE.0;
@@ -94,7 +101,7 @@ impl Readiness {
 
     /// The bits an arming for `interest` reports: readable and read-closed only for
     /// a readable interest, writable and write-closed only for a writable one,
-    /// error always. Every backend's report goes through this, so one event means
+    /// priority only for a priority one, error always. Every backend's report goes through this, so one event means
     /// the same on epoll (which reports hang-ups and errors whatever the interest),
     /// kqueue (which reports per filter) and poll(2).
     #[inline]
@@ -105,6 +112,9 @@ impl Readiness {
         }
         if interest.is_writable() {
             keep |= Readiness::WRITABLE.0 | Readiness::WRITE_CLOSED.0;
+        }
+        if interest.is_priority() {
+            keep |= Readiness::PRIORITY.0;
         }
         Readiness(self.0 & keep)
     }
@@ -132,10 +142,11 @@ impl Readiness {
 ///
 /// | method | set when | epoll | kqueue | poll(2) |
 /// |---|---|---|---|---|
-/// | [`is_readable`](Self::is_readable) | a read (or accept) will not block: data, EOF, or an error to report | `EPOLLIN`, `EPOLLPRI`, `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR` | `EVFILT_READ` | `POLLIN`, `POLLPRI`, `POLLRDHUP`, `POLLHUP`, `POLLERR` |
+/// | [`is_readable`](Self::is_readable) | a read (or accept) will not block: data, EOF, or an error to report | `EPOLLIN`, `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR` | `EVFILT_READ` | `POLLIN`, `POLLRDHUP`, `POLLHUP`, `POLLERR` |
 /// | [`is_writable`](Self::is_writable) | a write will not block: room, a finished connect, or an error to report | `EPOLLOUT`, `EPOLLHUP`, `EPOLLERR` | `EVFILT_WRITE` | `POLLOUT`, `POLLHUP`, `POLLERR` |
 /// | [`is_read_closed`](Self::is_read_closed) | the peer will send nothing more | `EPOLLRDHUP`, `EPOLLHUP` | `EV_EOF` on `EVFILT_READ` | `POLLRDHUP` (Linux), `POLLHUP` |
 /// | [`is_write_closed`](Self::is_write_closed) | writes cannot succeed | `EPOLLHUP`; `EPOLLERR` with `EPOLLOUT` or alone | `EV_EOF` on `EVFILT_WRITE` | `POLLHUP`; `POLLERR` with `POLLOUT` or alone |
+/// | [`is_priority`](Self::is_priority) | an exceptional condition: TCP urgent data, a `POLLPRI` file's change | `EPOLLPRI` | not offered | `POLLPRI` (io_uring too) |
 /// | [`is_error`](Self::is_error) | the descriptor has a pending error | `EPOLLERR` | `EV_ERROR`, `EV_EOF` with an errno in `fflags` | `POLLERR` |
 ///
 /// Examples: a peer's `shutdown(SHUT_WR)` is readable + read-closed (not
@@ -161,6 +172,7 @@ impl Readiness {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,
+    pub(crate) key: usize,
     pub(crate) readiness: Readiness,
 }
 
@@ -175,6 +187,22 @@ impl Event {
     #[inline]
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// The registration's key ([`Poller::register_with`](crate::Poller::register_with),
+    /// [`Poller::set_key`](crate::Poller::set_key); 0 after a plain `register`),
+    /// as it was when `deliver` accepted this event.
+    ///
+    /// Never stale: `deliver` accepts an event only for its registration's
+    /// current arming, under that registration's lock, so an event for an earlier
+    /// registration of the same number, or one reported before a deregistration,
+    /// disarm or re-arm took effect, is dropped rather than delivered with the
+    /// key of whatever was registered since. What that lets a runtime do with a
+    /// pointer as the key (and the one race it must still close itself) is on
+    /// [`register_with`](crate::Poller::register_with).
+    #[inline]
+    pub fn key(&self) -> usize {
+        self.key
     }
 
     /// A read (or an accept) will not block: data is there, the read side reached
@@ -211,6 +239,17 @@ impl Event {
         self.readiness.contains(Readiness::WRITE_CLOSED)
     }
 
+    /// An exceptional condition (epoll `EPOLLPRI`, poll(2) and io_uring
+    /// `POLLPRI`): TCP urgent data is waiting (read it with `recv(.., MSG_OOB)`,
+    /// or inline with `SO_OOBINLINE`), or a file that signals by `POLLPRI` changed
+    /// (cgroup, sysfs, `/proc/self/mounts`: re-read it from the start). Only for
+    /// an arming with [`Interest::PRIORITY`]; never on kqueue, which refuses that
+    /// interest.
+    #[inline]
+    pub fn is_priority(&self) -> bool {
+        self.readiness.contains(Readiness::PRIORITY)
+    }
+
     /// The descriptor has a pending error (epoll `EPOLLERR`, kqueue `EV_ERROR` or
     /// `EV_EOF` with a non-zero `fflags`, poll `POLLERR`); the next I/O call (or
     /// `getsockopt(SO_ERROR)`) says which. Reported whatever the interest. Also set
@@ -225,11 +264,15 @@ impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Event");
         d.field("token", &self.token);
+        if self.key != 0 {
+            d.field("key", &self.key);
+        }
         for (name, on) in [
             ("readable", self.is_readable()),
             ("writable", self.is_writable()),
             ("read_closed", self.is_read_closed()),
             ("write_closed", self.is_write_closed()),
+            ("priority", self.is_priority()),
             ("error", self.is_error()),
         ] {
             if on {
@@ -250,13 +293,15 @@ pub struct Events {
     cap: usize,
     /// The last `deliver` consumed a notify.
     notified: bool,
+    /// The last `deliver` found the poller shut down.
+    shutdown: bool,
     /// Scratch for the backend's kernel events, checked against the table before
     /// they become `list` entries.
     pub(crate) raw: Vec<RawEvent>,
 }
 
 impl Events {
-    /// The largest capacity: 65,536 events (about 1.75 MiB reserved).
+    /// The largest capacity: 65,536 events (about 2.25 MiB reserved).
     /// [`with_capacity`](Events::with_capacity) lowers a larger one to this.
     pub const MAX_CAPACITY: usize = 1 << 16;
 
@@ -270,6 +315,7 @@ impl Events {
             list: Vec::with_capacity(cap),
             cap,
             notified: false,
+            shutdown: false,
             raw: Vec::with_capacity(cap),
         }
     }
@@ -286,8 +332,9 @@ impl Events {
         self.list.len()
     }
 
-    /// Whether the last `deliver` returned no event (a timeout or a notify:
-    /// [`is_notified`](Events::is_notified) tells which).
+    /// Whether the last `deliver` returned no event (a timeout, a notify or a
+    /// shutdown: [`is_notified`](Events::is_notified) and
+    /// [`is_shutdown`](Events::is_shutdown) tell which).
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
@@ -296,10 +343,34 @@ impl Events {
     /// Whether the last `deliver` consumed a [`notify`](crate::Poller::notify). Each
     /// notify is consumed by exactly one `deliver`; the call that consumes it
     /// returns (with the events it fetched, possibly none). A `deliver` that returned
-    /// `Ok(0)` with this false timed out.
+    /// `Ok(0)` with this and [`is_shutdown`](Events::is_shutdown) false timed out.
     #[inline]
     pub fn is_notified(&self) -> bool {
         self.notified
+    }
+
+    /// Whether the last `deliver` found the poller shut down
+    /// ([`Poller::shutdown`](crate::Poller::shutdown)): it returned at once, with
+    /// the events it had already taken from the kernel (possibly none). Every
+    /// later `deliver` on that poller returns `Ok(0)` with this true, without
+    /// waiting. A worker loop ends on it:
+    ///
+    /// ```
+    /// # let poller = pollshot::Poller::new()?;
+    /// # poller.shutdown()?;
+    /// let mut events = pollshot::Events::with_capacity(64);
+    /// loop {
+    ///     poller.deliver(&mut events, None)?;
+    ///     // ... handle `events` (a delivery disarmed each registration) ...
+    ///     if events.is_shutdown() {
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[inline]
+    pub fn is_shutdown(&self) -> bool {
+        self.shutdown
     }
 
     /// The events from the last `deliver`, in the order the kernel reported them.
@@ -308,17 +379,23 @@ impl Events {
         self.list.iter()
     }
 
-    /// Forgets the events held and the notified mark (`deliver` does this itself
-    /// first).
+    /// Forgets the events held and the notified and shut-down marks (`deliver`
+    /// does this itself first).
     #[inline]
     pub fn clear(&mut self) {
         self.list.clear();
         self.notified = false;
+        self.shutdown = false;
     }
 
     #[inline]
     pub(crate) fn set_notified(&mut self) {
         self.notified = true;
+    }
+
+    #[inline]
+    pub(crate) fn set_shutdown(&mut self) {
+        self.shutdown = true;
     }
 
     /// Room left in this call.

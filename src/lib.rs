@@ -72,6 +72,7 @@
 //! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
 //! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
 //! | `OutOfMemory` | past the table's slot limit |
+//! | `Unsupported` | an arm with `Interest::PRIORITY` on kqueue, or without `READABLE` on io_uring |
 //!
 //! # Cargo features and cfgs
 //!

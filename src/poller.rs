@@ -231,7 +231,99 @@ impl<B: Backend> Poller<B> {
     ///   or more (the kqueue tag keeps 20 bits of it; see [`Token`]).
     #[cfg(unix)]
     pub fn register<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
-        self.insert(fd.as_fd().as_raw_fd())
+        self.insert(fd.as_fd().as_raw_fd(), 0)
+    }
+
+    /// [`register`](Self::register) with a *key*: a word of the caller's that
+    /// every event of this registration carries ([`Event::key`]), e.g. a pointer
+    /// to the runtime's per-connection state, or an index into its own table.
+    /// `register` is `register_with(fd, 0)`. [`set_key`](Self::set_key) changes
+    /// it.
+    ///
+    /// # The guarantee: a key is never stale
+    ///
+    /// An event carries the key its registration had when `deliver` accepted the
+    /// event, and `deliver` accepts an event only for the registration's current
+    /// arming, under the registration's lock. An event of an earlier registration
+    /// of the same descriptor number, or one the kernel reported before a
+    /// [`deregister`](Self::deregister), [`disarm`](Self::disarm) or re-arm took
+    /// effect (even one a `deliver` already fetched from the kernel when that call
+    /// ran), is dropped as stale, never delivered with any key. So:
+    ///
+    /// - after `deregister(token)` returns, no `deliver` that accepts events from
+    ///   then on returns this registration's key, even if the number is registered
+    ///   again at once by another thread, with another key;
+    /// - a runtime may store a pointer as the key and dereference it when it
+    ///   handles an event, as long as what it points to lives until `deregister`
+    ///   returns *and* no event accepted before that is still being handled. A
+    ///   delivery disarms the registration (oneshot), so until the registration is
+    ///   armed again only the thread that holds its event can receive anything for
+    ///   it: the thread that handles a connection's event and then deregisters it
+    ///   (instead of re-arming) may free the connection's state right after
+    ///   `deregister` returns. A thread that deregisters a registration that is
+    ///   armed (a timer closing an idle connection) cannot know whether another
+    ///   thread's `deliver` accepted an event just before: it hands the state over
+    ///   (a reference count, or a message to the thread that will see the event)
+    ///   rather than free it.
+    ///
+    /// mio's `Token` and polling's `key` are the user's too, but nothing drops an
+    /// event fetched before a deregistration there, so such an event names whatever
+    /// the user keeps under that number by the time it is handled.
+    ///
+    /// Memory: the key costs 8 bytes per registration on 64-bit targets (24 in
+    /// all); cost per event: one load, on the line next to the registration's
+    /// slot.
+    ///
+    /// ```
+    /// use pollshot::{Events, Interest, Poller};
+    /// use std::io::Write;
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// struct Conn {
+    ///     name: &'static str,
+    /// }
+    /// let poller = Poller::new()?;
+    /// let (mut a, b) = UnixStream::pair()?;
+    /// let conn = Box::new(Conn { name: "b" });
+    /// let token = poller.register_with(&b, &*conn as *const Conn as usize)?;
+    /// poller.arm(token, Interest::READABLE)?;
+    /// a.write_all(b"x")?;
+    /// let mut events = Events::with_capacity(8);
+    /// poller.deliver(&mut events, Some(Duration::from_secs(5)))?;
+    /// let event = events.iter().next().unwrap();
+    /// // SAFETY: `conn` lives until after `deregister` below, and this thread
+    /// // handles the registration's only event.
+    /// let conn = unsafe { &*(event.key() as *const Conn) };
+    /// assert_eq!(conn.name, "b");
+    /// poller.deregister(token)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    #[cfg(unix)]
+    pub fn register_with<F: AsFd + ?Sized>(&self, fd: &F, key: usize) -> io::Result<Token> {
+        self.insert(fd.as_fd().as_raw_fd(), key)
+    }
+
+    /// Changes the registration's key ([`register_with`](Self::register_with)):
+    /// events accepted after this returns carry `key`; one accepted before (being
+    /// handled by another thread now) carries the old one. No system call.
+    ///
+    /// # Errors
+    /// - `ErrorKind::NotFound`: `token` names no live registration.
+    /// - `ErrorKind::Other`: used in a forked child before
+    ///   [`reinit_after_fork`](Self::reinit_after_fork).
+    pub fn set_key(&self, token: Token, key: usize) -> io::Result<()> {
+        self.check_fork("set_key")?;
+        match self.table.lock(token.index()) {
+            Some(mut slot) if matches!(&*slot, Some(e) if e.token == token) => {
+                slot.set_key(key);
+                Ok(())
+            }
+            _ => Err(error::unknown_token("set_key", token)),
+        }
     }
 
     /// Exclusive wake-up for a listening socket shared by several pollers or
@@ -271,10 +363,10 @@ impl<B: Backend> Poller<B> {
         if fd < 0 {
             return Err(error::negative_fd(fd));
         }
-        self.insert(fd)
+        self.insert(fd, 0)
     }
 
-    fn insert(&self, fd: RawFd) -> io::Result<Token> {
+    fn insert(&self, fd: RawFd, key: usize) -> io::Result<Token> {
         self.check_fork("register")?;
         if self.backend.owns_fd(fd) {
             return Err(error::own_fd(fd));
@@ -308,6 +400,7 @@ impl<B: Backend> Poller<B> {
             token,
             state: RegState::new(start),
         });
+        slot.set_key(key);
         Ok(token)
     }
 
@@ -473,6 +566,10 @@ impl<B: Backend> Poller<B> {
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
+    /// - `ErrorKind::Unsupported`: `interest` has [`Interest::PRIORITY`] on a
+    ///   backend that cannot ask for it (kqueue), or without
+    ///   [`Interest::READABLE`] on io_uring (see [`Interest::PRIORITY`]); nothing
+    ///   changed.
     /// - EBADF (`raw_os_error()`): the descriptor is closed; the registration is
     ///   unchanged. The poll(2) backend checks this at the first arm only (later
     ///   arms cost no system call): there a descriptor closed after its first arm is
@@ -484,6 +581,11 @@ impl<B: Backend> Poller<B> {
     ///   epoll_ctl(2), kevent(2).
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
+        if interest.is_priority()
+            && (!B::PRIORITY || !B::PRIORITY_WITHOUT_READABLE && !interest.is_readable())
+        {
+            return Err(error::priority_unsupported(B::NAME, B::PRIORITY));
+        }
         let mut fb = Fallbacks::default();
         let wake = self.with_entry("arm", token, |_, state, mut kernel| {
             let armed = state.arm(interest, &mut kernel, &mut fb);
@@ -575,9 +677,12 @@ impl<B: Backend> Poller<B> {
     /// - `Ok(n)` with `n >= 1`: `n` events (a [`notify`](Self::notify) may have been
     ///   consumed too: [`Events::is_notified`]).
     /// - `Ok(0)` with [`Events::is_notified`] true: a notify ended the wait.
-    /// - `Ok(0)` with [`Events::is_notified`] false: the timeout passed.
+    /// - `Ok(0)` with [`Events::is_shutdown`] true: the poller is shut down
+    ///   ([`shutdown`](Self::shutdown)); events taken before it saw that come with
+    ///   `Ok(n)`, also marked shut down.
+    /// - `Ok(0)` with both false: the timeout passed.
     ///
-    /// `deliver(None)` never returns `Ok(0)` without a notify.
+    /// `deliver(None)` never returns `Ok(0)` without a notify or a shutdown.
     ///
     /// # Timeouts
     /// The deadline is taken once, on entry; every wait inside the call (one per
@@ -639,13 +744,13 @@ impl<B: Backend> Poller<B> {
             };
             let (fd, token) = (entry.fd, entry.token);
             let accepted = if current {
-                entry.state.on_event(tag)
+                entry.state.on_event(tag).map(|i| (i, guard.key()))
             } else {
                 None
             };
             drop(guard);
             match accepted {
-                Some(interest) => {
+                Some((interest, key)) => {
                     let t = Tag {
                         slot: ev.slot,
                         incarnation: token.incarnation(),
@@ -654,6 +759,7 @@ impl<B: Backend> Poller<B> {
                     self.backend.delivered(fd, t, interest, ev.readiness);
                     events.push(Event {
                         token,
+                        key,
                         readiness: ev.readiness.for_interest(interest),
                     });
                 }
@@ -689,12 +795,14 @@ impl<B: Backend> Poller<B> {
             for &(slot, generation) in &taken {
                 let current = self.table.lock(slot as usize).and_then(|mut guard| {
                     let entry = guard.as_mut()?;
+                    let token = entry.token;
                     let interest = entry.state.on_event(Some(generation))?;
-                    Some((entry.token, interest))
+                    Some((token, interest, guard.key()))
                 });
                 match current {
-                    Some((token, interest)) => events.push(Event {
+                    Some((token, interest, key)) => events.push(Event {
                         token,
+                        key,
                         readiness: synthetic_readiness(interest),
                     }),
                     None => self.backend.counters().one(Count::Stale),
@@ -709,11 +817,16 @@ impl<B: Backend> Poller<B> {
     /// then returns at once.
     ///
     /// - One notify ends exactly one deliver, even with several threads blocked.
-    /// - `k` notifies with `k` or more threads blocked end `k` distinct delivers (to
-    ///   stop `k` workers, notify `k` times).
+    /// - `k` notifies with `k` or more threads blocked end `k` distinct delivers.
     /// - Notifies coalesce only beyond the number of blocked delivers: while as
     ///   many are pending as there are threads blocked (at least one), another
     ///   notify changes nothing.
+    ///
+    /// So notifies do not stop `k` workers: a worker that has not entered
+    /// `deliver` yet is not counted, and `k` notifies made before the workers
+    /// block coalesce into fewer (one, with none blocked), so the last workers
+    /// sleep to their timeout, or for ever with `None`. Stop workers with
+    /// [`shutdown`](Self::shutdown), which ends every deliver, blocked or later.
     ///
     /// Cost: one write to the waker (eventfd(2), `EVFILT_USER` trigger, a pipe), and
     /// none for a notify that coalesces; a waiter that takes a notify while more are
@@ -726,6 +839,61 @@ impl<B: Backend> Poller<B> {
     pub fn notify(&self) -> io::Result<()> {
         self.check_fork("notify")?;
         self.notifies.notify(|| self.backend.wake())
+    }
+
+    /// Shuts the poller down for every [`deliver`](Self::deliver): each one blocked
+    /// now returns at once, with the events it already took (possibly none), and
+    /// each later one returns `Ok(0)` at once, without waiting; both say so with
+    /// [`Events::is_shutdown`]. Sticky: there is no way back (make a new poller).
+    /// Everything else keeps working (arm, deregister, a `deliver` that finds
+    /// events in the kernel before it sees the shutdown returns them), so the
+    /// workers can tidy up their registrations after they left their loops.
+    ///
+    /// This is how a runtime stops `k` workers, blocked or about to block: set its
+    /// own stop flag, call `shutdown` once, join them. A worker that passed its
+    /// flag check but has not blocked yet still returns: `deliver` counts itself as
+    /// a waiter and reads the shutdown bit in one read-modify-write of the word
+    /// `shutdown` sets, so either the worker sees the bit, or `shutdown` sees the
+    /// worker and wakes the kernel; each `deliver` that returns shut down wakes the
+    /// kernel again while another waiter is counted, so the one wake-up reaches
+    /// them all (`src/wake.rs`, model-checked with loom).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let poller = Arc::new(pollshot::Poller::new()?);
+    /// let workers: Vec<_> = (0..4)
+    ///     .map(|_| {
+    ///         let poller = Arc::clone(&poller);
+    ///         std::thread::spawn(move || -> std::io::Result<()> {
+    ///             let mut events = pollshot::Events::with_capacity(64);
+    ///             loop {
+    ///                 poller.deliver(&mut events, None)?;
+    ///                 if events.is_shutdown() {
+    ///                     return Ok(());
+    ///                 }
+    ///             }
+    ///         })
+    ///     })
+    ///     .collect();
+    /// poller.shutdown()?;
+    /// for w in workers {
+    ///     w.join().unwrap()?;
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// Cost: one atomic read-modify-write and at most one write to the waker
+    /// (none if no `deliver` is running); then one waker write per `deliver` that
+    /// returns shut down while another is counted.
+    ///
+    /// # Errors
+    /// `ErrorKind::Other` in a forked child before re-initialisation (which clears
+    /// the shutdown: the child's poller starts anew); the kernel's error from the
+    /// waker's write otherwise (not expected), with its errno. The poller is shut
+    /// down all the same: every later `deliver` returns at once.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.check_fork("shutdown")?;
+        self.notifies.shutdown(|| self.backend.wake())
     }
 
     /// Makes a poller inherited across `fork(2)` usable in the child: a new kernel
@@ -924,3 +1092,7 @@ impl<B: Backend> std::fmt::Debug for Poller<B> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
+#[path = "poller_key_tests.rs"]
+mod key_tests;

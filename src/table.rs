@@ -1,4 +1,4 @@
-//! The registration table: one 16-byte slot per descriptor number.
+//! The registration table: one 16-byte slot and one key per descriptor number.
 //!
 //! A descriptor number is a small dense integer, so it is the slot's index: a
 //! registration's [`Token`] is (descriptor number, incarnation), and finding a
@@ -12,12 +12,16 @@
 //!
 //! - `lock`: the lock bit and the parked bit (see below);
 //! - `state`: an occupied bit, the always-ready bit and the phase (fresh, idle,
-//!   armed for readable, writable or both);
+//!   or armed for one of the seven interests: readable, writable, priority and
+//!   their unions);
 //! - `generation`: the registration's arming generation; in a vacant slot, the
 //!   generation its last registration ended at, where the next one starts, so a
 //!   slot's tags do not repeat before 2^32 armings (wrap-around included) and
 //!   events still queued for an earlier registration of the number are stale;
 //! - `incarnation`: the high half of the registration's token.
+//!
+//! Beside it, outside the slot, the registration's *key*: the owner's word
+//! (`Poller::register_with`), a pointer-sized atomic (see "Keys").
 //!
 //! The lock is a bit in `lock`: taken by a compare-and-swap from 0 (acquire),
 //! released by swapping 0 in (release), as a futex mutex is. It is held across the
@@ -33,31 +37,47 @@
 //! thread on its own processor, and a waiter that spins there keeps the holder
 //! from finishing. `state`, `generation` and `incarnation` are atomics read and
 //! written with relaxed ordering only under the lock, which orders them: no
-//! `unsafe` is needed for the data.
+//! `unsafe` is needed for the data. The key is one more such atomic, read and
+//! written only under the slot's lock.
 //!
 //! # Where a slot lives
 //!
 //! Slots live in *chunks* allocated on first use and freed only with the table,
 //! so a lookup is lock-free: an acquire load per level, never a lock. Indices below
 //! 8,128 are in seven small chunks of 64, 128, ..., 4,096 slots (a poller with a
-//! few low descriptors pays 1 KiB); indices from 8,128 on are in *pages* of 4,096
-//! slots (64 KiB), found through a directory of 19 segments where segment `s`
+//! few low descriptors pays 1.5 KiB); indices from 8,128 on are in *pages* of
+//! 4,096 slots (96 KiB with their keys), found through a directory of 19 segments where segment `s`
 //! holds 2^s page pointers. Every pointer at every level is written once (null to
 //! an allocation) under `grow` and never changed again until `Drop`. A table
 //! whose highest index is `n` holds at most `n + 4096` slots beyond the first
-//! 8,128: 16 bytes per registration plus at most 64 KiB, whatever `n` is, with
-//! sparse numbers costing a page each.
+//! 8,128: 24 bytes per registration (16 for the slot, 8 for the key on 64-bit
+//! targets) plus at most 96 KiB, whatever `n` is, with sparse numbers costing a
+//! page each.
 //!
 //! # Cache lines
 //!
-//! Four slots share each 64-byte line (a chunk is an array of 64-byte aligned
-//! lines). Padding every slot to its own line would cost 64 bytes per
-//! registration; instead the slots of one line are numbers far apart: within a
-//! chunk of `L` lines, consecutive numbers are two lines (128 bytes, the pair the
-//! adjacent-line prefetcher fetches together) apart, and the four numbers of one
-//! line are `L` apart (`L` is 16 in the first chunk, 1,024 in a page). Numbers
-//! opened one after the other (the two ends of a socketpair, a burst of accepted
-//! connections handed to different threads) therefore never share a written line.
+//! Four slots share each 64-byte line. Padding every slot to its own line would
+//! cost 64 bytes per registration; instead the slots of one line are numbers far
+//! apart: within a chunk of `L` lines, consecutive numbers are two lines (128
+//! bytes, the pair the adjacent-line prefetcher fetches together) apart, and the
+//! four numbers of one line are `L` apart (`L` is 16 in the first chunk, 1,024 in
+//! a page). Numbers opened one after the other (the two ends of a socketpair, a
+//! burst of accepted connections handed to different threads) therefore never
+//! share a written line.
+//!
+//! # Keys
+//!
+//! A chunk is an array of *blocks* of 384 bytes, aligned to 128: four lines of
+//! slots (two prefetch pairs) and then the sixteen keys of those slots (two lines,
+//! the third pair). A key is written only by `register_with` and `set_key` and
+//! read when an event is accepted, so keys of neighbouring numbers share lines
+//! without costing each other anything on the hot path, and a pair of lines never
+//! mixes the slots' lock words, which every arm writes, with keys. A slot and its
+//! key are in one block: an accepted event touches the slot's line and the key's
+//! line next to it. Keeping the key out of the slot keeps four slots per line;
+//! inside the slot it would make 24-byte slots that straddle lines, or 32-byte
+//! ones (past the 32 bytes per registration that the scale bench allows once the
+//! last page is counted).
 
 use crate::interest::Interest;
 use crate::raw::RawFd;
@@ -85,6 +105,8 @@ const PAGED: usize = FIRST * ((1 << SMALL) - 1);
 const SEGMENTS: usize = 19;
 /// Slots per 64-byte line.
 const LANES: usize = 4;
+/// Lines of slots per [`Block`].
+const BLOCK_LINES: usize = 4;
 /// Lock attempts spun before sleeping (one under the loom model, so that its
 /// interleavings reach the sleeping path).
 const SPINS: u32 = if cfg!(all(loom, test)) { 1 } else { 16 };
@@ -98,10 +120,10 @@ const PARKED: u8 = 1 << 1;
 /// Bits of `Slot::state`.
 const OCCUPIED: u8 = 1;
 const ALWAYS_READY: u8 = 1 << 1;
-/// The phase, three bits from here: 0 fresh, 4 idle, 1..=3 armed for that
-/// [`Interest::bits`].
+/// The phase, four bits from here: 0 fresh, 8 idle, 1..=7 armed for that
+/// [`Interest::bits`] (readable 1, writable 2, priority 4).
 const PHASE_SHIFT: u8 = 2;
-const PHASE_IDLE: u8 = 4;
+const PHASE_IDLE: u8 = 8;
 
 /// A live registration, as the table hands it out under the slot's lock.
 pub(crate) struct Entry {
@@ -126,11 +148,25 @@ struct Slot {
 #[repr(C, align(64))]
 struct Line([Slot; LANES]);
 
+/// The unit chunks are made of: four lines of slots and the sixteen slots' keys,
+/// 384 bytes, aligned to the 128-byte pairs of lines the adjacent-line prefetcher
+/// fetches together, so that a pair never mixes slots and keys (see "Keys" in the
+/// module docs).
+#[derive(Default)]
+#[repr(C, align(128))]
+struct Block {
+    lines: [Line; BLOCK_LINES],
+    /// The key of the slot in lane `k % LANES` of line `k / LANES`.
+    keys: [AtomicUsize; BLOCK_LINES * LANES],
+}
+
 // (Loom's atomics are larger: the model checks the protocol, not the layout.)
 #[cfg(not(all(loom, test)))]
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 #[cfg(not(all(loom, test)))]
 const _: () = assert!(std::mem::size_of::<Line>() == 64);
+#[cfg(all(not(all(loom, test)), target_pointer_width = "64"))]
+const _: () = assert!(std::mem::size_of::<Block>() == 384);
 
 impl Slot {
     /// Takes the lock if it is free (nobody holds it or waits for it).
@@ -165,10 +201,10 @@ fn encode(state: &RegState) -> u8 {
 
 #[inline(always)]
 fn decode(bits: u8, generation: u32) -> RegState {
-    let code = (bits >> PHASE_SHIFT) & 0b111;
+    let code = (bits >> PHASE_SHIFT) & 0b1111;
     let phase = match code {
         0 => Phase::Fresh,
-        // 1..=3: armed; `encode` writes nothing else but 4, idle.
+        // 1..=7: armed; `encode` writes nothing else but 8, idle.
         c => Interest::from_bits(c).map_or(Phase::Idle, Phase::Armed),
     };
     RegState::from_parts(phase, generation, bits & ALWAYS_READY != 0)
@@ -179,6 +215,8 @@ fn decode(bits: u8, generation: u32) -> RegState {
 pub(crate) struct SlotGuard<'a> {
     table: &'a Table,
     slot: &'a Slot,
+    /// The slot's key: read and written only under the slot's lock.
+    key: &'a AtomicUsize,
     entry: Option<Entry>,
     was_occupied: bool,
     /// Where the slot's next registration starts (meaningful while vacant).
@@ -186,6 +224,20 @@ pub(crate) struct SlotGuard<'a> {
 }
 
 impl SlotGuard<'_> {
+    /// The key of the slot's registration (its owner's word, `Poller::register_with`).
+    /// Meaningful while occupied.
+    #[inline(always)]
+    pub(crate) fn key(&self) -> usize {
+        self.key.load(Ordering::Relaxed)
+    }
+
+    /// Sets the key of the slot's registration: seen by every later holder of the
+    /// lock (the unlock publishes it).
+    #[inline(always)]
+    pub(crate) fn set_key(&mut self, key: usize) {
+        self.key.store(key, Ordering::Relaxed);
+    }
+
     /// The generation a new registration in this vacant slot starts at: where the
     /// slot's last registration ended.
     pub(crate) fn next_generation(&self) -> u32 {
@@ -251,10 +303,12 @@ impl Drop for SlotGuard<'_> {
 
 /// The table. See the module docs.
 pub(crate) struct Table {
-    /// Small chunk `c`: `FIRST << c` slots, as `(FIRST << c) / LANES` lines.
-    small: [AtomicPtr<Line>; SMALL],
-    /// Directory segment `s`: `1 << s` page pointers, each to `PAGE / LANES` lines.
-    segments: [AtomicPtr<AtomicPtr<Line>>; SEGMENTS],
+    /// Small chunk `c`: `FIRST << c` slots, as `(FIRST << c) / SLOTS_PER_BLOCK`
+    /// blocks.
+    small: [AtomicPtr<Block>; SMALL],
+    /// Directory segment `s`: `1 << s` page pointers, each to
+    /// `PAGE / SLOTS_PER_BLOCK` blocks.
+    segments: [AtomicPtr<AtomicPtr<Block>>; SEGMENTS],
     /// Serialises allocation: every pointer above is written once, under it.
     grow: Mutex<()>,
     /// Waiters for slot locks (see the module docs).
@@ -301,22 +355,33 @@ fn place(index: usize) -> Place {
     }
 }
 
-/// Slot `offset` of a chunk of `1 << line_bits` lines at `base` (see "Cache
-/// lines" in the module docs: consecutive offsets two lines apart, the lanes of
-/// one line `1 << line_bits` apart).
+/// Slot `offset` of a chunk of `1 << line_bits` lines at `base`, and its key (see
+/// "Cache lines" in the module docs: consecutive offsets two lines apart, the
+/// lanes of one line `1 << line_bits` apart; line `l` is line `l % BLOCK_LINES` of
+/// block `l / BLOCK_LINES`).
 ///
 /// # Safety
-/// `base` points to a live allocation of `1 << line_bits` lines (`line_bits >= 1`)
-/// that outlives `'a`, and `offset < LANES << line_bits`.
+/// `base` points to a live allocation of `(1 << line_bits) / BLOCK_LINES` blocks
+/// (`line_bits >= 2`) that outlives `'a`, and `offset < LANES << line_bits`.
 #[inline(always)]
-unsafe fn slot_at<'a>(base: *const Line, line_bits: u32, offset: usize) -> &'a Slot {
+unsafe fn slot_at<'a>(
+    base: *const Block,
+    line_bits: u32,
+    offset: usize,
+) -> (&'a Slot, &'a AtomicUsize) {
     let mask = (1 << line_bits) - 1;
     let low = offset & mask;
     let line = ((low << 1) & mask) | (low >> (line_bits - 1));
     let lane = offset >> line_bits;
-    // SAFETY: `line` < 2^line_bits and `lane` < LANES by the caller's bound on
-    // `offset`; the allocation is live for `'a` (the caller's promise).
-    unsafe { &(*base.add(line)).0[lane] }
+    // SAFETY: `line` < 2^line_bits, so `line / BLOCK_LINES` is below the blocks
+    // allocated, and `lane` < LANES by the caller's bound on `offset`; the
+    // allocation is live for `'a` (the caller's promise).
+    let block = unsafe { &*base.add(line / BLOCK_LINES) };
+    let within = line % BLOCK_LINES;
+    (
+        &block.lines[within].0[lane],
+        &block.keys[within * LANES + lane],
+    )
 }
 
 /// `log2` of the lines in small chunk `c`.
@@ -326,17 +391,28 @@ const fn small_line_bits(chunk: usize) -> u32 {
 /// `log2` of the lines in a page.
 const PAGE_LINE_BITS: u32 = (PAGE / LANES).trailing_zeros();
 
-/// `n` lines, default (every slot vacant, generation 0), as a raw pointer owned by
-/// the caller (freed by `free_lines(p, n)`).
-fn new_lines(n: usize) -> *mut Line {
-    let lines: Box<[Line]> = (0..n).map(|_| Line::default()).collect();
-    Box::into_raw(lines).cast::<Line>()
+/// Slots per [`Block`].
+const SLOTS_PER_BLOCK: usize = BLOCK_LINES * LANES;
+
+/// Blocks for `slots` slots, default (every slot vacant, generation 0, key 0), as
+/// a raw pointer owned by the caller (freed by `free_blocks(p, slots)`).
+fn new_blocks(slots: usize) -> *mut Block {
+    let blocks: Box<[Block]> = (0..slots / SLOTS_PER_BLOCK)
+        .map(|_| Block::default())
+        .collect();
+    Box::into_raw(blocks).cast::<Block>()
+}
+
+/// Bytes of the blocks for `slots` slots.
+const fn blocks_bytes(slots: usize) -> usize {
+    slots / SLOTS_PER_BLOCK * std::mem::size_of::<Block>()
 }
 
 /// # Safety
-/// `p` came from `new_lines(n)` and is freed only here, once.
-unsafe fn free_lines(p: *mut Line, n: usize) {
-    // SAFETY: the caller's promise: `p` is `Box<[Line]>::into_raw` of `n` lines.
+/// `p` came from `new_blocks(slots)` and is freed only here, once.
+unsafe fn free_blocks(p: *mut Block, slots: usize) {
+    let n = slots / SLOTS_PER_BLOCK;
+    // SAFETY: the caller's promise: `p` is `Box<[Block]>::into_raw` of `n` blocks.
     drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, n)) });
 }
 
@@ -355,7 +431,7 @@ impl Table {
     /// registration was made at). Lock-free: one acquire load for indices below
     /// 8,128, two beyond.
     #[inline(always)]
-    fn get(&self, index: usize) -> Option<&Slot> {
+    fn get(&self, index: usize) -> Option<(&Slot, &AtomicUsize)> {
         if index >= MAX_SLOTS {
             return None;
         }
@@ -367,7 +443,7 @@ impl Table {
                 }
                 // SAFETY: a non-null small-chunk pointer was stored (release, read
                 // here with acquire, so the lines' initialisation is visible) by
-                // `slot_for_insert` from `new_lines` of `FIRST << chunk` slots,
+                // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
                 // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
                 // `FIRST << chunk` by `place`. It is freed only by `drop`, which
                 // needs `&mut self`, so it outlives this borrow of `self`.
@@ -386,7 +462,7 @@ impl Table {
                 if base.is_null() {
                     return None;
                 }
-                // SAFETY: as for a small chunk: a page is `new_lines` of `PAGE`
+                // SAFETY: as for a small chunk: a page is `new_blocks` of `PAGE`
                 // slots, published with release, freed only by `drop`; `offset` is
                 // below `PAGE` by `place`.
                 Some(unsafe { slot_at(base, PAGE_LINE_BITS, offset) })
@@ -398,27 +474,27 @@ impl Table {
     /// none is live there either). Lock-free lookup; the lock is the slot's own.
     #[inline(always)]
     pub(crate) fn lock(&self, index: usize) -> Option<SlotGuard<'_>> {
-        let slot = self.get(index)?;
-        Some(self.guard(index, slot))
+        let (slot, key) = self.get(index)?;
+        Some(self.guard(index, slot, key))
     }
 
     /// Locks slot `index` for a new registration, allocating its chunk (or page)
     /// first if needed. `None` when `index` is at or past [`MAX_SLOTS`].
     pub(crate) fn lock_for_insert(&self, index: usize) -> Option<SlotGuard<'_>> {
-        let slot = match self.get(index) {
-            Some(slot) => slot,
+        let (slot, key) = match self.get(index) {
+            Some(found) => found,
             None if index < MAX_SLOTS => self.slot_for_insert(index),
             None => return None,
         };
-        Some(self.guard(index, slot))
+        Some(self.guard(index, slot, key))
     }
 
     #[inline(always)]
-    fn guard<'a>(&'a self, index: usize, slot: &'a Slot) -> SlotGuard<'a> {
+    fn guard<'a>(&'a self, index: usize, slot: &'a Slot, key: &'a AtomicUsize) -> SlotGuard<'a> {
         if !slot.try_lock() {
             self.lock_contended(slot);
         }
-        self.guard_locked(index, slot)
+        self.guard_locked(index, slot, key)
     }
 
     fn bucket(&self, slot: &Slot) -> &Bucket {
@@ -485,7 +561,12 @@ impl Table {
     /// The guard for `slot`, whose lock the caller holds (or whose table the
     /// caller has exclusive access to).
     #[inline(always)]
-    fn guard_locked<'a>(&'a self, index: usize, slot: &'a Slot) -> SlotGuard<'a> {
+    fn guard_locked<'a>(
+        &'a self,
+        index: usize,
+        slot: &'a Slot,
+        key: &'a AtomicUsize,
+    ) -> SlotGuard<'a> {
         let bits = slot.state.load(Ordering::Relaxed);
         let generation = slot.generation.load(Ordering::Relaxed);
         let occupied = bits & OCCUPIED != 0;
@@ -497,6 +578,7 @@ impl Table {
         SlotGuard {
             table: self,
             slot,
+            key,
             entry,
             was_occupied: occupied,
             next_generation: generation,
@@ -505,25 +587,25 @@ impl Table {
 
     /// Allocates what slot `index` (below `MAX_SLOTS`) lives in, under `grow`.
     #[cold]
-    fn slot_for_insert(&self, index: usize) -> &Slot {
+    fn slot_for_insert(&self, index: usize) -> (&Slot, &AtomicUsize) {
         let _grow = self.grow.lock().unwrap_or_else(PoisonError::into_inner);
         match place(index) {
             Place::Small(chunk, _) => {
                 let p = &self.small[chunk];
                 if p.load(Ordering::Acquire).is_null() {
-                    let lines = (FIRST << chunk) / LANES;
-                    p.store(new_lines(lines), Ordering::Release);
-                    self.count(lines * std::mem::size_of::<Line>());
+                    let slots = FIRST << chunk;
+                    p.store(new_blocks(slots), Ordering::Release);
+                    self.count(blocks_bytes(slots));
                 }
             }
             Place::Paged(segment, page, _) => {
                 let s = &self.segments[segment];
                 if s.load(Ordering::Acquire).is_null() {
-                    let dir: Box<[AtomicPtr<Line>]> = (0..1usize << segment)
+                    let dir: Box<[AtomicPtr<Block>]> = (0..1usize << segment)
                         .map(|_| AtomicPtr::new(ptr::null_mut()))
                         .collect();
                     s.store(Box::into_raw(dir).cast(), Ordering::Release);
-                    self.count((1 << segment) * std::mem::size_of::<AtomicPtr<Line>>());
+                    self.count((1 << segment) * std::mem::size_of::<AtomicPtr<Block>>());
                 }
                 // SAFETY: the segment is non-null now (stored above or before, under
                 // `grow`, which this thread holds), of `1 << segment` pointers by
@@ -531,9 +613,8 @@ impl Table {
                 // `drop`.
                 let p = unsafe { &*s.load(Ordering::Acquire).add(page) };
                 if p.load(Ordering::Acquire).is_null() {
-                    let lines = PAGE / LANES;
-                    p.store(new_lines(lines), Ordering::Release);
-                    self.count(lines * std::mem::size_of::<Line>());
+                    p.store(new_blocks(PAGE), Ordering::Release);
+                    self.count(blocks_bytes(PAGE));
                 }
             }
         }
@@ -580,9 +661,9 @@ impl Table {
         let mut index = 0;
         while index < MAX_SLOTS {
             // A missing chunk or page holds no registration: skip it whole.
-            let Some(mut guard) = self.get(index).map(|slot| {
+            let Some(mut guard) = self.get(index).map(|(slot, key)| {
                 slot.lock.store(LOCKED, Ordering::Relaxed);
-                self.guard_locked(index, slot)
+                self.guard_locked(index, slot, key)
             }) else {
                 index = match place(index) {
                     Place::Small(chunk, _) => FIRST * ((2 << chunk) - 1),
@@ -605,9 +686,9 @@ impl Drop for Table {
             // `&mut self`: no other access; a relaxed load reads the last store.
             let base = p.load(Ordering::Relaxed);
             if !base.is_null() {
-                // SAFETY: stored by `slot_for_insert` from `new_lines` of exactly this
-                // many lines; freed only here, once.
-                unsafe { free_lines(base, (FIRST << chunk) / LANES) };
+                // SAFETY: stored by `slot_for_insert` from `new_blocks` of exactly
+                // this many slots; freed only here, once.
+                unsafe { free_blocks(base, FIRST << chunk) };
             }
         }
         for (segment, s) in self.segments.iter_mut().enumerate() {
@@ -616,14 +697,14 @@ impl Drop for Table {
                 continue;
             }
             let len = 1usize << segment;
-            // SAFETY: `dir` is `Box<[AtomicPtr<Line>]>::into_raw` of `len` pointers
+            // SAFETY: `dir` is `Box<[AtomicPtr<Block>]>::into_raw` of `len` pointers
             // (`slot_for_insert`), taken back once, here.
             let mut dir = unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(dir, len)) };
             for page in dir.iter_mut() {
                 let base = page.load(Ordering::Relaxed);
                 if !base.is_null() {
-                    // SAFETY: a page from `new_lines(PAGE / LANES)`, freed only here.
-                    unsafe { free_lines(base, PAGE / LANES) };
+                    // SAFETY: a page from `new_blocks(PAGE)`, freed only here.
+                    unsafe { free_blocks(base, PAGE) };
                 }
             }
         }
@@ -704,21 +785,31 @@ mod tests {
     #[test]
     fn every_slot_of_a_chunk_is_distinct_and_neighbours_share_no_line() {
         for (bits, slots) in [(small_line_bits(0), FIRST), (PAGE_LINE_BITS, PAGE)] {
-            let lines: Vec<Line> = (0..slots / LANES).map(|_| Line::default()).collect();
-            let base = lines.as_ptr();
+            let blocks: Vec<Block> = (0..slots / SLOTS_PER_BLOCK)
+                .map(|_| Block::default())
+                .collect();
+            let base = blocks.as_ptr();
             let mut seen = HashSet::new();
+            let mut keys = HashSet::new();
             let mut prev: Option<usize> = None;
             for o in 0..slots {
-                // SAFETY: `lines` holds `1 << bits` lines and outlives the borrow.
-                let s = unsafe { slot_at(base, bits, o) } as *const Slot as usize;
+                // SAFETY: `blocks` holds `1 << bits` lines and outlives the borrow.
+                let (slot, key) = unsafe { slot_at(base, bits, o) };
+                let (s, k) = (slot as *const Slot as usize, key as *const _ as usize);
                 assert!(seen.insert(s), "offset {o} maps onto another slot");
-                let line = (s - base as usize) / 64;
+                assert!(keys.insert(k), "offset {o} maps onto another key");
+                // The slot and its key are in the same block, in different
+                // 128-byte pairs of lines.
+                let block = |a: usize| (a - base as usize) / std::mem::size_of::<Block>();
+                assert_eq!(block(s), block(k), "offset {o}");
+                let pair = (s - base as usize) / 128;
+                assert_ne!(pair, (k - base as usize) / 128, "offset {o}");
                 if let Some(p) = prev {
                     // Consecutive numbers: neither the same line nor its 128-byte
                     // neighbour.
-                    assert_ne!(line / 2, p / 2, "offsets {} and {o}", o - 1);
+                    assert_ne!(pair, p, "offsets {} and {o}", o - 1);
                 }
-                prev = Some(line);
+                prev = Some(pair);
             }
             assert_eq!(seen.len(), slots);
         }
@@ -903,8 +994,9 @@ mod tests {
     }
 
     /// The issue's memory target, on descriptor numbers faked where a process
-    /// could not open that many: 1,000,000 registrations in 16 bytes each plus at
-    /// most one page, counted both by the table and by this thread's allocator.
+    /// could not open that many: 1,000,000 registrations in 24 bytes each (a slot
+    /// and its key) plus at most one page, counted both by the table and by this
+    /// thread's allocator.
     #[test]
     fn a_million_registrations_cost_at_most_32_bytes_each() {
         for n in [18_000usize, 1_000_000] {
@@ -920,7 +1012,7 @@ mod tests {
                 per <= 32.0,
                 "{n} registrations: {bytes} bytes, {per:.1} per registration"
             );
-            assert!(bytes <= 16 * n + 16 * PAGE + 4096, "{n}: {bytes} bytes");
+            assert!(bytes <= 24 * n + 24 * PAGE + 4096, "{n}: {bytes} bytes");
             assert_eq!(table.heap_bytes(), bytes, "the table's own count");
             // Every registration is found again, with its own token.
             for i in (0..n).step_by(997) {

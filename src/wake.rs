@@ -21,6 +21,17 @@
 //! (two wake-ups merged, then the baton was passed) is spurious: that wait goes on
 //! waiting.
 //!
+//! A shutdown ([`Poller::shutdown`](crate::Poller::shutdown)) is a sticky bit in
+//! the same word, and ends every `deliver`, not one: a thread counts itself as a
+//! waiter and reads the bit in one read-modify-write, so a shutdown either comes
+//! before it (the `deliver` returns without waiting) or sees it counted (and wakes
+//! the kernel). A wait that the kernel woke reads the bit, and each `deliver` that
+//! returns with the bit set wakes the kernel again while another waiter is
+//! counted: the baton passes until every waiter has left. Counting notifies cannot
+//! do this: `k` notifies made while fewer than `k` workers are counted coalesce, and
+//! a worker that checked its stop flag before they were made then blocks with none
+//! pending for it.
+//!
 //! Synthetic events (always-ready registrations) need a wake-up of their own: an
 //! arm that queues one wakes the kernel if a waiter is counted, and a `deliver` that
 //! returns while some are still queued and another waiter is counted wakes the
@@ -42,8 +53,11 @@ use crate::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::io;
 use std::time::Duration;
 
-/// The pending notifies: bits 0 to 30 of [`Notifies::state`].
-const PENDING: u64 = (1 << 31) - 1;
+/// The pending notifies: bits 0 to 29 of [`Notifies::state`].
+const PENDING: u64 = (1 << 30) - 1;
+/// The poller was shut down: bit 30, set once and never cleared (but by a
+/// forked child's re-initialisation).
+const SHUTDOWN: u64 = 1 << 30;
 /// Synthetic events are queued: bit 31.
 const SYNTHETIC: u64 = 1 << 31;
 /// One waiter: the waiters are bits 32 to 63.
@@ -86,6 +100,9 @@ pub(crate) struct Woken {
     pub(crate) notified: bool,
     /// More notifies are pending: wake the kernel again for the next waiter.
     pub(crate) pass_on: bool,
+    /// The poller is shut down: the `deliver` returns, shut down (the wake-up
+    /// for the next waiter is passed on by [`Notifies::leave`]).
+    pub(crate) shutdown: bool,
 }
 
 impl Notifies {
@@ -125,18 +142,44 @@ impl Notifies {
     /// inside it: a waiter that a spurious wake-up or a stale event sent round the
     /// loop never drops out of the count, so a notify made meanwhile cannot
     /// coalesce for want of it.
+    ///
+    /// Also returns whether the poller is shut down ([`shutdown`](Self::shutdown)),
+    /// read by the same read-modify-write: a shutdown after it sees this waiter and
+    /// wakes the kernel.
     #[inline]
-    pub(crate) fn waiting(&self) -> Waiting<'_> {
-        self.state.fetch_add(WAITER, SeqCst);
-        Waiting(self)
+    pub(crate) fn waiting(&self) -> (Waiting<'_>, bool) {
+        let before = self.state.fetch_add(WAITER, SeqCst);
+        (Waiting(self), before & SHUTDOWN != 0)
+    }
+
+    /// Shuts the poller down: every `deliver` blocked now and every later one
+    /// returns at once, shut down. Sets the sticky [`SHUTDOWN`] bit and, if a
+    /// waiter is counted, wakes the kernel once; each `deliver` that returns shut
+    /// down wakes it again while another waiter is counted ([`leave`](Self::leave)),
+    /// so the one wake-up reaches every waiter in turn, and a waiter counted after
+    /// the bit was set sees it at [`waiting`](Self::waiting) and never blocks.
+    /// Returns `wake`'s error (the bit stays set: later delivers still return).
+    pub(crate) fn shutdown<E>(&self, wake: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        let before = self.state.fetch_or(SHUTDOWN, SeqCst);
+        if before & SHUTDOWN == 0 && waiters_in(before) > 0 {
+            wake()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the poller is shut down (a `deliver` that is not counted as a
+    /// waiter: a zero timeout).
+    #[inline]
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.state.load(SeqCst) & SHUTDOWN != 0
     }
 
     /// A `deliver` returns: stops counting `waiting` (if it was counted), and
     /// says whether it must wake the kernel on its way out: synthetic events are
-    /// still queued and another thread is counted as waiting. That thread may be
-    /// blocked, and the wake-up meant for it (an arm's) may have been taken by
-    /// this call, which returns without the events (it was notified, or out of
-    /// room, or did not block).
+    /// still queued, or the poller is shut down, and another thread is counted as
+    /// waiting. That thread may be blocked, and the wake-up meant for it (an arm's,
+    /// or the shutdown's) may have been taken by this call, which returns without
+    /// the events (it was notified, or out of room, or did not block).
     #[inline]
     pub(crate) fn leave(&self, waiting: Option<Waiting<'_>>) -> bool {
         let (state, me) = match waiting {
@@ -146,7 +189,7 @@ impl Notifies {
             }
             None => (self.state.load(SeqCst), 0),
         };
-        state & SYNTHETIC != 0 && waiters_in(state) > me
+        state & (SYNTHETIC | SHUTDOWN) != 0 && waiters_in(state) > me
     }
 
     /// Threads counted as waiting now (`Poller::waiters`, the loom model).
@@ -156,33 +199,31 @@ impl Notifies {
         waiters_in(self.state.load(SeqCst)) as usize
     }
 
-    /// The kernel woke this wait: take one pending notify, if any.
+    /// The kernel woke this wait: take one pending notify, if any, and see
+    /// whether the poller is shut down.
     pub(crate) fn woken(&self) -> Woken {
-        match self.take() {
-            Some(pending) => Woken {
-                notified: true,
-                pass_on: pending > 1,
-            },
-            None => Woken {
-                notified: false,
-                pass_on: false,
-            },
+        let (pending, state) = self.take();
+        Woken {
+            notified: pending > 0,
+            pass_on: pending > 1,
+            shutdown: state & SHUTDOWN != 0,
         }
     }
 
-    /// Takes one pending notify; `Some(pending before)`, or `None` if none was.
-    fn take(&self) -> Option<u64> {
+    /// Takes one pending notify: returns the notifies pending before (0: none
+    /// was, none taken) and the state word it saw.
+    fn take(&self) -> (u64, u64) {
         let mut state = self.state.load(SeqCst);
         loop {
             let pending = state & PENDING;
             if pending == 0 {
-                return None;
+                return (0, state);
             }
             match self
                 .state
                 .compare_exchange(state, state - 1, SeqCst, SeqCst)
             {
-                Ok(_) => return Some(pending),
+                Ok(_) => return (pending, state),
                 Err(now) => state = now,
             }
         }
@@ -274,8 +315,18 @@ pub(crate) fn deliver<S: Source>(
     // queues a synthetic event after the count sees the waiter and wakes the
     // kernel (`synthetic_queued`: the same word), so a synthetic event never waits
     // behind a blocked wait.
-    let waiting = (first != Some(Duration::ZERO)).then(|| notifies.waiting());
-    let result = deliver_loop(source, events, first, left);
+    let (waiting, shutdown) = if first == Some(Duration::ZERO) {
+        (None, notifies.is_shutdown())
+    } else {
+        let (waiting, shutdown) = notifies.waiting();
+        (Some(waiting), shutdown)
+    };
+    let result = if shutdown {
+        events.set_shutdown();
+        Ok(0)
+    } else {
+        deliver_loop(source, events, first, left)
+    };
     if notifies.leave(waiting) {
         // Synthetic events are still queued and another thread may be blocked:
         // pass the wake-up on. Its failure (EBADF, misuse of the waker) leaves
@@ -332,7 +383,7 @@ fn deliver_loop<S: Source>(
             }
             Err(e) => return Err(e),
         };
-        if !events.is_empty() || events.is_notified() {
+        if !events.is_empty() || events.is_notified() || events.is_shutdown() {
             return Ok(events.len());
         }
         if left == Some(Duration::ZERO) {
@@ -364,6 +415,9 @@ fn wait_once<S: Source>(
         let w = source.notifies().woken();
         if w.notified {
             events.set_notified();
+        }
+        if w.shutdown {
+            events.set_shutdown();
         }
         if w.pass_on {
             // More notifies are pending: wake the kernel again, so that the next
@@ -406,7 +460,8 @@ mod tests {
             n.woken(),
             Woken {
                 notified: false,
-                pass_on: false
+                pass_on: false,
+                shutdown: false,
             }
         );
     }
@@ -414,7 +469,7 @@ mod tests {
     #[test]
     fn k_waiters_take_k_notifies_then_coalesce() {
         let n = Notifies::new();
-        let waiting: Vec<_> = (0..4).map(|_| n.waiting()).collect();
+        let waiting: Vec<_> = (0..4).map(|_| n.waiting().0).collect();
         assert_eq!(count_wakes(&n, 10), 4);
         let mut passes = 0;
         for i in 0..4 {
@@ -431,14 +486,14 @@ mod tests {
     #[test]
     fn a_deliver_leaving_queued_synthetic_events_wakes_only_for_another_waiter() {
         let n = Notifies::new();
-        let me = n.waiting();
+        let me = n.waiting().0;
         assert!(n.synthetic_queued(), "a waiter is counted: wake the kernel");
         assert!(n.synthetic_pending());
         // Alone: nobody to pass the wake-up to.
         assert!(!n.leave(Some(me)));
         // Another thread counted: pass it on, counted or not.
-        let other = n.waiting();
-        let me = n.waiting();
+        let other = n.waiting().0;
+        let me = n.waiting().0;
         assert!(n.leave(Some(me)));
         assert!(n.leave(None));
         // Nothing queued: nothing to pass on.
@@ -449,10 +504,41 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_wakes_once_for_counted_waiters_and_each_leaver_passes_it_on() {
+        let n = Notifies::new();
+        let wakes = Cell::new(0);
+        let wake = || -> Result<(), ()> {
+            wakes.set(wakes.get() + 1);
+            Ok(())
+        };
+        let (a, shut) = n.waiting();
+        assert!(!shut);
+        let (b, _) = n.waiting();
+        n.shutdown(wake).unwrap();
+        assert_eq!(wakes.get(), 1, "waiters counted: one wake-up");
+        n.shutdown(wake).unwrap();
+        assert_eq!(wakes.get(), 1, "a second shutdown changes nothing");
+        let w = n.woken();
+        assert!(w.shutdown && !w.notified && !w.pass_on);
+        assert!(n.leave(Some(a)), "another waiter is counted: pass it on");
+        assert!(!n.leave(Some(b)), "the last waiter: nobody to pass it to");
+        // Sticky, and seen by a waiter counted later without any wake-up.
+        let (c, shut) = n.waiting();
+        assert!(shut && n.is_shutdown());
+        drop(c);
+        assert_eq!(n.waiters(), 0);
+        // With nobody counted: no wake-up at all.
+        let m = Notifies::new();
+        m.shutdown(wake).unwrap();
+        assert_eq!(wakes.get(), 1);
+        assert!(m.is_shutdown());
+    }
+
+    #[test]
     fn an_arm_wakes_the_kernel_only_for_a_counted_waiter() {
         let n = Notifies::new();
         assert!(!n.synthetic_queued());
-        let w = n.waiting();
+        let w = n.waiting().0;
         assert!(n.synthetic_queued());
         drop(w);
         assert_eq!(n.waiters(), 0);

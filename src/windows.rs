@@ -25,8 +25,19 @@ impl<B: Backend> Poller<B> {
     /// - Winsock's error from getsockopt otherwise (WSANOTINITIALISED where
     ///   Winsock cannot start: not expected).
     pub fn register<S: AsSocket + ?Sized>(&self, socket: &S) -> io::Result<Token> {
+        self.register_with(socket, 0)
+    }
+
+    /// [`register`](Self::register) with a key of the caller's that every event
+    /// of this registration carries ([`Event::key`](crate::Event::key)), as on
+    /// Unix (see the Unix `register_with` for the guarantee: the key is never
+    /// delivered with an event of an earlier or later registration).
+    ///
+    /// # Errors
+    /// As `register`.
+    pub fn register_with<S: AsSocket + ?Sized>(&self, socket: &S, key: usize) -> io::Result<Token> {
         // SAFETY: a borrowed socket is open for the length of this call.
-        unsafe { self.register_raw(socket.as_socket().as_raw_socket()) }
+        unsafe { self.insert_socket(socket.as_socket().as_raw_socket(), key) }
     }
 
     /// [`register`](Self::register) for a raw socket handle (Windows).
@@ -40,6 +51,15 @@ impl<B: Backend> Poller<B> {
     /// handle, to AFD poll requests (never reads, writes or closes it), and copes
     /// with it being closed later, as `register` documents.
     pub unsafe fn register_raw(&self, socket: RawSocket) -> io::Result<Token> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.insert_socket(socket, 0) }
+    }
+
+    /// `register_raw` with a key.
+    ///
+    /// # Safety
+    /// As `register_raw`.
+    unsafe fn insert_socket(&self, socket: RawSocket, key: usize) -> io::Result<Token> {
         self.check_fork("register")?;
         if self.backend.owns_fd(socket) {
             return Err(crate::error::own_fd(socket));
@@ -56,6 +76,6 @@ impl<B: Backend> Poller<B> {
             }
             return Err(e);
         }
-        self.insert(socket)
+        self.insert(socket, key)
     }
 }

@@ -28,7 +28,10 @@ struct QOp(Op);
 impl Arbitrary for QOp {
     fn arbitrary(g: &mut Gen) -> QOp {
         let b = |g: &mut Gen| u8::arbitrary(g);
-        let interest = |g: &mut Gen| *g.choose(&Interest::ALL).unwrap();
+        // Readable, writable, both: the parity runs compare kqueue with epoll and
+        // poll, and kqueue refuses `PRIORITY` (the state machine's tests in
+        // `src/state.rs` take all seven interests).
+        let interest = |g: &mut Gen| *g.choose(&Interest::ALL[..3]).unwrap();
         // Weighted towards the operations that move registrations.
         let op = match u8::arbitrary(g) % 22 {
             0 => Op::Open {

@@ -217,6 +217,9 @@ impl Driver for Kqueue {
     const NAME: &'static str = "kqueue";
     const TAG_IS_GENERATION: bool = sys::UDATA_IS_GENERATION;
     const SPLIT_FILTERS: bool = true;
+    // `Interest::PRIORITY` has no filter on every kqueue (`EVFILT_EXCEPT` with
+    // `NOTE_OOB` on macOS, OpenBSD and DragonFly only): refused for now.
+    const PRIORITY: bool = false;
 
     fn new() -> io::Result<Kqueue> {
         let (kq, waker) = Kqueue::create()?;

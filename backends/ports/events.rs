@@ -51,7 +51,8 @@ const _: () = assert!(bits::RDHUP == libc::POLLRDHUP as i32);
 pub(crate) const ASK_RDHUP: bool = !cfg!(target_os = "solaris");
 
 /// The `events` argument of `port_associate(3C)` for an arming: `POLLIN` (and
-/// `POLLRDHUP`, [`ASK_RDHUP`]) for readable, `POLLOUT` for writable. `POLLERR` and
+/// `POLLRDHUP`, [`ASK_RDHUP`]) for readable, `POLLOUT` for writable, `POLLPRI` for
+/// priority. `POLLERR` and
 /// `POLLHUP` need not be asked: `port_associate_fd` keeps them in every report
 /// (`revents & (pd_events | POLLHUP | POLLERR)`), as poll(2) does.
 #[inline]
@@ -65,6 +66,9 @@ pub(crate) const fn events_for(interest: Interest) -> i32 {
     }
     if interest.is_writable() {
         e |= bits::OUT;
+    }
+    if interest.is_priority() {
+        e |= bits::PRI;
     }
     e
 }

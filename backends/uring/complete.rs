@@ -163,7 +163,8 @@ impl Ring {
             return None;
         }
         let p = g.pending[slot as usize];
-        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & WRITE_BITS == 0 {
+        let answered = WRITE_BITS | libc::POLLPRI as u32;
+        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & answered == 0 {
             // A write-only arming completed with read-closed alone (the kernel adds
             // POLLRDHUP to every poll request): epoll would report nothing until
             // the socket is writable. The private epoll watches the rest of it.

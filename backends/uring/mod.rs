@@ -263,6 +263,9 @@ impl Driver for Uring {
     const NAME: &'static str = "uring";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
+    // Ordinary data takes a POLLPRI-only request off the wait queue
+    // (`Driver::PRIORITY_WITHOUT_READABLE`).
+    const PRIORITY_WITHOUT_READABLE: bool = false;
 
     /// # Errors
     /// `ErrorKind::Unsupported` with the reason where the kernel refuses io_uring

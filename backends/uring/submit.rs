@@ -21,6 +21,9 @@ pub(super) fn poll_events(interest: Interest) -> u32 {
     if interest.is_writable() {
         e |= libc::POLLOUT as u32;
     }
+    if interest.is_priority() {
+        e |= libc::POLLPRI as u32;
+    }
     e
 }
 

@@ -159,6 +159,10 @@ impl Driver for Afd {
     const NAME: &'static str = "afd";
     const TAG_IS_GENERATION: bool = true;
     const SPLIT_FILTERS: bool = false;
+    // `Interest::PRIORITY` is refused for now (`Unsupported`): AFD has a bit
+    // for urgent data (`AFD_POLL_RECEIVE_EXPEDITED`), but how wine and Windows
+    // report `MSG_OOB` through it is not yet tested.
+    const PRIORITY: bool = false;
 
     fn new() -> io::Result<Afd> {
         let afd = AfdHandle::open()?;

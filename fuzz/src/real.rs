@@ -381,13 +381,14 @@ impl<B: Backend> Harness<B> {
         let peers = self.objs.iter().filter_map(|o| o.peer.as_ref());
         let fds: Vec<&OwnedFd> = locals.chain(peers).collect();
         for fd in fds {
-            let r = revents(fd, PollFlags::IN | PollFlags::OUT | RDHUP);
+            let r = revents(fd, PollFlags::IN | PollFlags::OUT | PollFlags::PRI | RDHUP);
             let levels = Levels {
                 readable: r.contains(PollFlags::IN),
                 writable: r.contains(PollFlags::OUT),
                 read_closed: !RDHUP.is_empty() && r.contains(RDHUP),
                 hang_up: r.contains(PollFlags::HUP),
                 error: r.contains(PollFlags::ERR),
+                priority: r.contains(PollFlags::PRI),
             };
             self.sim.set_levels(fd.as_raw_fd(), levels);
         }

@@ -12,8 +12,10 @@
 //!   counters, the synthetic flag and the deliver loop, the code the real poller
 //!   runs) over a model kernel whose binary waker behaves as the backends' wakers
 //!   do;
-//! - `wake`: the scenarios of issue 8, points 1, 3 and 4, and the synthetic
-//!   event's wake-up (the arm/deliver Dekker pair);
+//! - `wake`: the scenarios of issue 8, points 1, 3 and 4, the synthetic
+//!   event's wake-up (the arm/deliver Dekker pair), and shutdown: 2 and 3 workers
+//!   that check a stop flag before `deliver`, stopped by one `shutdown`, and a
+//!   shutdown racing a notify;
 //! - `kernel`: a backend for a real `Poller` under loom (an epoll-like kernel in
 //!   a loom mutex);
 //! - `table`: the table's lock-free lookup on that poller: an arm or a fetched
@@ -34,6 +36,8 @@
 //! - a waiter reading the synthetic flag before counting itself;
 //! - a `deliver` that leaves synthetic events queued without waking the next
 //!   waiter;
+//! - a `deliver` that returns shut down without waking the kernel for another
+//!   counted waiter (one shutdown wake-up then ends one of two workers);
 //! - a new registration starting its generations at 0 (the slot's earlier
 //!   registration's event then completes the new arming);
 //! - a lookup that takes the slot's registration without comparing the token;

@@ -50,6 +50,7 @@ pub(super) struct Delivered {
     /// The slots of the events delivered.
     pub(super) slots: Vec<u32>,
     pub(super) notified: bool,
+    pub(super) shutdown: bool,
 }
 
 impl Model {
@@ -78,8 +79,9 @@ impl Model {
         let delivered = Delivered {
             slots: events.iter().map(|e| e.token().slot()).collect(),
             notified: events.is_notified(),
+            shutdown: events.is_shutdown(),
         };
-        if delivered.slots.is_empty() && !delivered.notified {
+        if delivered.slots.is_empty() && !delivered.notified && !delivered.shutdown {
             assert!(
                 timeout.is_some() && self.expired(),
                 "deliver({timeout:?}) returned Ok(0), not notified, before its deadline"
@@ -92,6 +94,13 @@ impl Model {
     pub(super) fn notify(&self) {
         self.notifies
             .notify(|| self.wake())
+            .expect("the model waker never fails");
+    }
+
+    /// `Poller::shutdown`.
+    pub(super) fn shutdown(&self) {
+        self.notifies
+            .shutdown(|| self.wake())
             .expect("the model waker never fails");
     }
 
@@ -171,6 +180,7 @@ impl Source for Model {
         for slot in taken {
             events.push(Event {
                 token: Token::new(slot, 0),
+                key: 0,
                 readiness: Readiness::READABLE,
             });
         }

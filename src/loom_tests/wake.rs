@@ -80,11 +80,19 @@ fn until_waiters(model: &Model, n: usize) {
 const NOTIFIED: Delivered = Delivered {
     slots: Vec::new(),
     notified: true,
+    shutdown: false,
 };
 
 const TIMED_OUT: Delivered = Delivered {
     slots: Vec::new(),
     notified: false,
+    shutdown: false,
+};
+
+const SHUT_DOWN: Delivered = Delivered {
+    slots: Vec::new(),
+    notified: false,
+    shutdown: true,
 };
 
 /// Point 1's scenario: one waiter (`deliver(timeout)`) whose waits fetch only a
@@ -286,5 +294,72 @@ fn loom_synthetic_arm_and_notify_with_two_waiters() {
         assert_eq!(slots, [1]);
         assert_eq!(r.iter().filter(|d| d.notified).count(), 1);
         assert_eq!(model.counters(), (0, 0));
+    });
+}
+
+/// Shutdown: `k` workers that each check a stop flag, then (if it was clear)
+/// `deliver(None)`, racing a thread that sets the flag and calls `shutdown` once:
+/// every worker returns (a worker left blocked is a deadlock loom reports), each
+/// that delivered returns shut down, and nothing is left counted.
+fn shutdown_stops_k_workers(k: usize) {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    let model = Arc::new(Model::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..k)
+        .map(|_| {
+            let (model, stop) = (Arc::clone(&model), Arc::clone(&stop));
+            thread::spawn(move || (!stop.load(Ordering::SeqCst)).then(|| model.deliver(8, None)))
+        })
+        .collect();
+    stop.store(true, Ordering::SeqCst);
+    on_thread(&model, Model::shutdown);
+    for h in handles {
+        if let Some(d) = h.join().unwrap() {
+            assert_eq!(d, SHUT_DOWN);
+        }
+    }
+    assert_eq!(model.counters(), (0, 0));
+    // Sticky: a later deliver returns at once.
+    assert_eq!(model.deliver(8, None), SHUT_DOWN);
+}
+
+#[test]
+fn loom_shutdown_stops_two_workers_blocked_or_about_to_block() {
+    check("shutdown, 2 workers, stop flag", 3, || {
+        shutdown_stops_k_workers(2)
+    });
+}
+
+#[test]
+fn loom_shutdown_stops_three_workers_blocked_or_about_to_block() {
+    check("shutdown, 3 workers, stop flag", 2, || {
+        shutdown_stops_k_workers(3)
+    });
+}
+
+/// Shutdown racing a notify and a spurious wake-up with two blocked waiters:
+/// both return (notified or shut down), and a shutdown never eats the notify
+/// silently: at most one is notified, and every waiter not notified is shut down.
+#[test]
+fn loom_shutdown_with_a_notify_and_a_spurious_wakeup() {
+    check("shutdown, 2 waiters, notify + spurious", 2, || {
+        let model = Arc::new(Model::new());
+        let (returns, handles) = waiters(&model, 2, 8, None);
+        let noise = {
+            let model = Arc::clone(&model);
+            thread::spawn(move || {
+                model.wake_not_notify();
+                model.notify();
+            })
+        };
+        model.shutdown();
+        noise.join().unwrap();
+        join(handles);
+        let r = results(&returns);
+        assert_eq!(r.len(), 2);
+        for d in &r {
+            assert!(d.notified || d.shutdown, "{d:?}");
+        }
+        assert_eq!(model.waiters(), 0);
     });
 }

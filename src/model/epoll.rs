@@ -70,6 +70,9 @@ pub const fn epoll_flags_for(interest: Interest) -> u32 {
     if interest.is_writable() {
         f |= OUT;
     }
+    if interest.is_priority() {
+        f |= PRI;
+    }
     f
 }
 
@@ -166,7 +169,7 @@ impl Model {
             None => KernelView::default(),
             Some(e) => KernelView {
                 present: true,
-                armed: interest_from(e.events & IN != 0, e.events & OUT != 0),
+                armed: interest_from(e.events & IN != 0, e.events & OUT != 0, e.events & PRI != 0),
                 tag: Some(e.data),
             },
         }

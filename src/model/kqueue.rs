@@ -444,7 +444,11 @@ impl Model {
         let w = self.knotes.get(&(fd, Filter::Write));
         KernelView {
             present: r.is_some() || w.is_some(),
-            armed: interest_from(r.is_some_and(|k| k.enabled), w.is_some_and(|k| k.enabled)),
+            armed: interest_from(
+                r.is_some_and(|k| k.enabled),
+                w.is_some_and(|k| k.enabled),
+                false,
+            ),
             tag: r.or(w).map(|k| k.udata),
         }
     }

@@ -133,11 +133,13 @@ pub struct Levels {
     pub hang_up: bool,
     /// A pending error (`POLLERR`).
     pub error: bool,
+    /// An exceptional condition: TCP urgent data (`POLLPRI`).
+    pub priority: bool,
 }
 
 impl Levels {
-    /// Levels from five bits: 1 readable, 2 writable, 4 read-closed, 8 hang-up,
-    /// 16 error. Other bits are ignored.
+    /// Levels from six bits: 1 readable, 2 writable, 4 read-closed, 8 hang-up,
+    /// 16 error, 32 priority. Other bits are ignored.
     pub const fn from_bits(bits: u8) -> Levels {
         Levels {
             readable: bits & 1 != 0,
@@ -145,6 +147,7 @@ impl Levels {
             read_closed: bits & 4 != 0,
             hang_up: bits & 8 != 0,
             error: bits & 16 != 0,
+            priority: bits & 32 != 0,
         }
     }
 
@@ -154,12 +157,13 @@ impl Levels {
     pub const fn ready_for(self, interest: Interest) -> bool {
         (interest.is_readable() && (self.readable || self.read_closed))
             || (interest.is_writable() && self.writable)
+            || (interest.is_priority() && self.priority)
             || self.hang_up
             || self.error
     }
 
     /// The levels as epoll bits (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`, `EPOLLHUP`,
-    /// `EPOLLERR`).
+    /// `EPOLLERR`, `EPOLLPRI`).
     pub const fn epoll_bits(self) -> u32 {
         let mut b = 0;
         if self.readable {
@@ -176,6 +180,9 @@ impl Levels {
         }
         if self.error {
             b |= epoll::ERR;
+        }
+        if self.priority {
+            b |= epoll::PRI;
         }
         b
     }
@@ -395,8 +402,8 @@ pub struct KernelView {
     pub tag: Option<u64>,
 }
 
-fn interest_from(read: bool, write: bool) -> Option<Interest> {
-    Interest::from_bits(read as u8 | (write as u8) << 1)
+fn interest_from(read: bool, write: bool, priority: bool) -> Option<Interest> {
+    Interest::from_bits(read as u8 | (write as u8) << 1 | (priority as u8) << 2)
 }
 
 impl Model {

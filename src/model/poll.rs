@@ -72,6 +72,9 @@ impl Model {
                     if interest.is_writable() {
                         asked |= epoll::OUT;
                     }
+                    if interest.is_priority() {
+                        asked |= epoll::PRI;
+                    }
                     // poll(2) on a regular file: always readable and writable.
                     let have = if d.pollable {
                         d.levels.epoll_bits()

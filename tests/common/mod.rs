@@ -5,7 +5,8 @@
 //! `#[test]` per body in [`bodies`] (the model on every descriptor kind, exact system
 //! call counts, threads, notify, bad input), [`cases`] (one or more per scenario of
 //! `docs/cases.md`, named after its id), [`contract`] (the arming contract) and
-//! [`wakeups`] (deadlines, signals, counted notifies, what an event means).
+//! [`wakeups`] (deadlines, signals, counted notifies, what an event means) and
+//! [`api`] (shutdown, the user key, priority events).
 //!
 //! Timing never decides a pass: the only clocks here are lower bounds a correct
 //! poller must respect (a timeout waits at least its length) and generous deadlines
@@ -14,6 +15,7 @@
 
 #![allow(dead_code)] // each test binary uses the helpers its cfgs compile
 
+pub mod api;
 pub mod bodies;
 pub mod cases;
 pub mod contract;
@@ -152,6 +154,14 @@ macro_rules! suite {
             meaning_reset_is_error_and_both_closed,
             meaning_own_shutdown_with_readable_interest_is_read_closed,
             meaning_listener_shut_down_while_armed_is_read_closed,
+        ]);
+        suite!(@tests $backend, api, [
+            api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials,
+            api_shutdown_keeps_arm_and_deregister_working,
+            api_priority_tcp_urgent_data_wakes_a_priority_waiter,
+            api_priority_interest_values,
+            api_key_rides_on_events_and_set_key_changes_it,
+            api_key_never_stale_across_deregister_and_reregistration_by_another_thread,
         ]);
     };
     (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {

@@ -7,8 +7,7 @@ pub(crate) struct Extra(u8);
 impl Extra {
     /// Both directions hung up (epoll `EPOLLHUP`, kqueue `EV_EOF` on both filters).
     pub(crate) const HUP: u8 = 1;
-    /// Urgent data (`EPOLLPRI`): never reported through pollshot, see
-    /// [`Event::set_priority`].
+    /// Urgent data (`EPOLLPRI`, poll `POLLPRI`): pollshot's `Interest::PRIORITY`.
     pub(crate) const PRI: u8 = 2;
     /// A pending error (epoll `EPOLLERR`, kqueue `EV_ERROR`, poll `POLLERR`).
     pub(crate) const ERR: u8 = 4;
@@ -38,7 +37,14 @@ impl Extra {
         let mut x = Extra::EMPTY;
         x.set(Extra::HUP, ev.is_read_closed() && ev.is_write_closed());
         x.set(Extra::ERR, ev.is_error());
+        x.set(Extra::PRI, ev.is_priority());
         x
+    }
+
+    /// Whether the interest asks for urgent data.
+    #[inline]
+    pub(crate) fn priority(self) -> bool {
+        self.has(Extra::PRI)
     }
 }
 
@@ -126,10 +132,11 @@ impl Event {
         self
     }
 
-    /// Asks for urgent-data reports in this interest (epoll `EPOLLPRI`).
-    ///
-    /// pollshot's interest has no priority bit, so this is a no-op for what is
-    /// watched (as it is on polling's kqueue backend); the flag is kept in the value.
+    /// Asks for urgent-data reports in this interest: pollshot's
+    /// `Interest::PRIORITY` (epoll `EPOLLPRI`, poll(2) `POLLPRI`), reported by
+    /// [`is_priority`](Self::is_priority). On kqueue, which pollshot cannot ask for
+    /// it, the flag is kept in the value and changes nothing in what is watched (as
+    /// on polling's own kqueue backend).
     #[inline]
     pub fn set_priority(&mut self, active: bool) {
         self.extra.set(Extra::PRI, active);
@@ -155,9 +162,9 @@ impl Event {
         self.extra.has(Extra::HUP)
     }
 
-    /// Whether this readiness is urgent data (`EPOLLPRI`). Always `false` for
-    /// readiness from [`Poller::wait`](crate::Poller::wait): pollshot folds `EPOLLPRI`
-    /// into readable.
+    /// Whether this readiness is urgent data (`EPOLLPRI`, poll `POLLPRI`): TCP
+    /// out-of-band data, or a `POLLPRI` file's change. Only for an interest that
+    /// asked with [`set_priority`](Self::set_priority); never on kqueue.
     #[inline]
     pub fn is_priority(&self) -> bool {
         self.extra.has(Extra::PRI)

@@ -6,10 +6,16 @@
 //! `add` and `delete` takes shared:
 //!
 //! - `slots`, by descriptor number (which is also the token's
-//!   [`index`](Token::index)): the token, the caller's key, the interest and the
-//!   mode (for `modify` and `delete` by descriptor, and for `wait`, one lookup per
-//!   delivered event by its token). A map, not a vector indexed by number: a
+//!   [`index`](Token::index)): the token, the interest and the mode (for `modify`
+//!   and `delete` by descriptor, and for `wait`, one lookup per delivered event by
+//!   its token, for the level re-arm). A map, not a vector indexed by number: a
 //!   number far above the others (one that is not open, say) costs one entry.
+//!
+//! The caller's key is pollshot's key of the registration (`register_with`,
+//! `set_key`): every delivered event carries it, and pollshot never delivers an
+//! event of an earlier registration of the number with it. The slot keeps a copy
+//! only so that a `modify` that keeps the key (async-io's never changes it) skips
+//! the `set_key`.
 //!
 //! Each slot's key, interest and mode sit behind the slot's own mutex, held across
 //! the pollshot call that arms or disarms it, so the kernel's arming and the table
@@ -56,6 +62,9 @@ pub struct Poller {
     /// Shared with the kqueue filters' thread (which holds it weakly, to notify).
     inner: Arc<pollshot::Poller>,
     table: RwLock<Table>,
+    /// Whether the backend can be asked for urgent data (`Interest::PRIORITY`):
+    /// not on kqueue.
+    priority: bool,
     /// The kqueue filters (signals, processes, timers): a second kqueue and a
     /// thread that collects its events.
     #[cfg(polling_kqueue)]
@@ -74,6 +83,8 @@ struct Slot {
 
 #[derive(Clone, Copy)]
 struct SlotState {
+    /// The caller's key, as pollshot's key of the registration holds it (a copy,
+    /// so that a `modify` that keeps it makes no `set_key`).
     key: usize,
     /// What the registration is armed for; `None`: registered, not watched.
     interest: Option<Interest>,
@@ -98,12 +109,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn interest_of(ev: Event) -> Option<Interest> {
-    match (ev.readable, ev.writable) {
+/// The interest `ev` asks for (`priority`: whether the backend can be asked for
+/// urgent data; where not, that flag is ignored, as polling's kqueue backend does).
+fn interest_of(ev: Event, priority: bool) -> Option<Interest> {
+    let directions = match (ev.readable, ev.writable) {
         (true, true) => Some(Interest::BOTH),
         (true, false) => Some(Interest::READABLE),
         (false, true) => Some(Interest::WRITABLE),
         (false, false) => None,
+    };
+    if priority && ev.extra.priority() {
+        Some(directions.map_or(Interest::PRIORITY, |d| d | Interest::PRIORITY))
+    } else {
+        directions
     }
 }
 
@@ -147,8 +165,10 @@ impl Poller {
     /// The kernel's error creating the instance or its waker (EMFILE, ENFILE,
     /// ENOMEM): epoll_create1(2), eventfd(2), kqueue(2), pipe(2).
     pub fn new() -> io::Result<Poller> {
+        let inner = pollshot::Poller::new()?;
         Ok(Poller {
-            inner: Arc::new(pollshot::Poller::new()?),
+            priority: inner.backend_name() != "kqueue",
+            inner: Arc::new(inner),
             table: RwLock::new(Table::default()),
             #[cfg(polling_kqueue)]
             filters: crate::os::kqueue::Filters::new(),
@@ -242,8 +262,8 @@ impl Poller {
         // contract, open until it is deleted from this poller, which deregisters
         // it; pollshot only passes the number to the kernel.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let token = self.inner.register(&borrowed)?;
-        let wanted = interest_of(interest);
+        let token = self.inner.register_with(&borrowed, interest.key)?;
+        let wanted = interest_of(interest, self.priority);
         if let Some(i) = wanted {
             if let Err(e) = self.inner.arm(token, i) {
                 let _ = self.inner.deregister(token);
@@ -300,7 +320,12 @@ impl Poller {
             .by_fd(fd)
             .ok_or_else(|| not_registered("modify", fd))?;
         let mut state = lock(&slot.state);
-        let wanted = interest_of(interest);
+        let wanted = interest_of(interest, self.priority);
+        if interest.key != state.key {
+            // Before the arm: the new arming's event carries the new key.
+            self.inner.set_key(slot.token, interest.key)?;
+            state.key = interest.key;
+        }
         match wanted {
             Some(i) => self.inner.arm(slot.token, i)?,
             None => self.inner.disarm(slot.token)?,
@@ -422,7 +447,7 @@ impl Poller {
                 let _ = self.inner.arm(slot.token, interest);
             }
             list.push(Event {
-                key: state.key,
+                key: ev.key(),
                 readable: ev.is_readable(),
                 writable: ev.is_writable(),
                 extra: Extra::of(ev),

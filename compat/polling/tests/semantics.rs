@@ -522,3 +522,45 @@ fn delete_and_close_while_another_thread_waits_releases_the_socket() {
         assert_eq!(waiter.join().unwrap(), 0, "trial {trial}");
     }
 }
+
+/// `with_priority` asks pollshot for `Interest::PRIORITY`: TCP urgent data
+/// (`send(MSG_OOB)`) is reported with `is_priority()` under the source's key, and
+/// not readable while only the urgent byte is there. kqueue cannot be asked for it:
+/// there the flag changes nothing (as on polling's kqueue backend).
+#[test]
+fn with_priority_reports_tcp_urgent_data_as_is_priority() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let poller = Poller::new().unwrap();
+    // SAFETY: `server` outlives its registration (deleted below).
+    unsafe { poller.add(&server, Event::readable(7).with_priority()) }.unwrap();
+    let byte = b'!';
+    // SAFETY: send(2) on an open socket with a valid one-byte buffer.
+    let n = unsafe {
+        libc::send(
+            client.as_raw_fd(),
+            (&byte as *const u8).cast(),
+            1,
+            libc::MSG_OOB,
+        )
+    };
+    assert_eq!(n, 1, "send(MSG_OOB): {}", io::Error::last_os_error());
+    let events = wait_some(&poller);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = events[0];
+    assert_eq!(e.key, 7);
+    if cfg!(any(target_os = "linux", target_os = "android")) {
+        assert!(e.is_priority(), "{e:?}");
+        assert!(!e.readable, "only the urgent byte is there: {e:?}");
+    }
+    // Without the flag: never priority.
+    poller.modify(&server, Event::readable(8)).unwrap();
+    (&client).write_all(b"data").unwrap();
+    for e in wait_some(&poller) {
+        assert_eq!(e.key, 8, "the modified key");
+        assert!(!e.is_priority(), "{e:?}");
+    }
+    poller.delete(&server).unwrap();
+}
