@@ -3,7 +3,7 @@
 //! The documentation is on [`Blocking`], where rustdoc shows it.
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
-use crate::deadline::Deadline;
+use crate::deadline::Countdown;
 use crate::event::Readiness;
 use crate::interest::Interest;
 use crate::pipe;
@@ -294,7 +294,7 @@ impl Driver for Blocking {
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        let deadline = Deadline::new(timeout);
+        let deadline = Countdown::new(timeout);
         let mut remaining = deadline.left();
         loop {
             // A snapshot of the armed set in scan order (from the cursor, wrapping),

@@ -2,7 +2,12 @@
 //! backend's wait loop and `blocking::io_once` use it, so a wait that goes round
 //! again (it fetched only stale events, or was woken to see a change) waits for
 //! the time that is left, not the whole timeout again.
+//!
+//! [`Countdown`] is the form a wait loop uses: it reads the clock once, at its
+//! first wait, and again only for a wait that goes round; `None` and zero
+//! timeouts never read it.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// When a wait must end, from its `timeout` (`None`: never).
@@ -51,9 +56,55 @@ impl Deadline {
     }
 }
 
+/// The timeouts of a call's waits, for a deadline taken at the first of them.
+///
+/// The first [`left`](Self::left) answers the whole timeout and takes the deadline
+/// then (one clock read, none for `None` or zero); later ones answer the time left
+/// (one clock read each). The deadline is thus at least `timeout` after the call
+/// began: a wait never ends early, and a call that waits again does not wait the
+/// whole timeout again.
+#[derive(Debug)]
+pub(crate) struct Countdown {
+    timeout: Option<Duration>,
+    /// Taken by the first `left`.
+    deadline: Cell<Option<Deadline>>,
+}
+
+impl Countdown {
+    /// A countdown of `timeout` (`None`: no limit); reads no clock.
+    #[inline]
+    pub(crate) fn new(timeout: Option<Duration>) -> Countdown {
+        Countdown {
+            timeout,
+            deadline: Cell::new(None),
+        }
+    }
+
+    /// The timeout for the next wait: the whole timeout the first time, then the
+    /// time left (zero once passed), as [`Deadline::left`].
+    #[inline]
+    pub(crate) fn left(&self) -> Option<Duration> {
+        match self.deadline.get() {
+            Some(deadline) => deadline.left(),
+            None => {
+                self.deadline.set(Some(Deadline::new(self.timeout)));
+                self.timeout
+            }
+        }
+    }
+
+    /// Whether no time is left (a zero timeout, or a deadline that has passed),
+    /// as [`Deadline::passed`]; counts as a [`left`](Self::left).
+    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+    #[inline]
+    pub(crate) fn passed(&self) -> bool {
+        self.left() == Some(Duration::ZERO)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Deadline;
+    use super::{Countdown, Deadline};
     use std::time::Duration;
 
     #[test]
@@ -81,5 +132,27 @@ mod tests {
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(d.left(), Some(Duration::ZERO));
         assert!(d.passed());
+    }
+
+    #[test]
+    fn a_countdown_answers_the_whole_timeout_first_then_the_time_left() {
+        let c = Countdown::new(Some(Duration::from_millis(30)));
+        assert_eq!(c.left(), Some(Duration::from_millis(30)));
+        let second = c.left().unwrap();
+        assert!(second <= Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.left(), Some(Duration::ZERO));
+        let never = Countdown::new(None);
+        assert_eq!((never.left(), never.left()), (None, None));
+        let now = Countdown::new(Some(Duration::ZERO));
+        assert_eq!(
+            (now.left(), now.left()),
+            (Some(Duration::ZERO), Some(Duration::ZERO))
+        );
+        let far = Countdown::new(Some(Duration::MAX));
+        assert_eq!(
+            (far.left(), far.left()),
+            (Some(Duration::MAX), Some(Duration::MAX))
+        );
     }
 }

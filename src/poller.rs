@@ -1,7 +1,7 @@
 //! [`Poller`]: the facade that joins the table, the state machine and a backend.
 
 use crate::backend::{Backend, RawEvent, Tag};
-use crate::deadline::Deadline;
+use crate::deadline::Countdown;
 use crate::error;
 use crate::event::{Event, Events, Readiness};
 use crate::fork;
@@ -715,8 +715,10 @@ impl<B: Backend> Poller<B> {
     pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         self.check_fork("deliver")?;
         events.clear();
-        let deadline = Deadline::new(timeout);
-        wake::deliver(self, events, || deadline.left())
+        // The deadline is taken at the first wait: one clock read, none for `None`
+        // or zero, and one more per wait that goes round.
+        let countdown = Countdown::new(timeout);
+        wake::deliver(self, events, || countdown.left())
     }
 
     /// Checks kernel events against the table; current ones are delivered.

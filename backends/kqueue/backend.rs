@@ -10,7 +10,7 @@ use super::command::udata;
 use super::queue::{sync::MutexGuard, Outbox, Queue, Record, Shared, NO_RECORD};
 use super::sys::{self, KEvent, Kind};
 use crate::backend::{Backend, Driver, RawEvent, Tag};
-use crate::deadline::Deadline;
+use crate::deadline::Countdown;
 use crate::error::classify;
 use crate::event::Readiness;
 use crate::interest::Interest;
@@ -317,7 +317,7 @@ impl Driver for Kqueue {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = Deadline::new(timeout);
+        let deadline = Countdown::new(timeout);
         let mut remaining = deadline.left();
         loop {
             // Enter: take the queue (it rides on this call) and count as a waiter.

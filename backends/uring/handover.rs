@@ -3,7 +3,7 @@
 
 use super::ring::{Ring, Shared, ENTRIES};
 use crate::backend::RawEvent;
-use crate::deadline::Deadline;
+use crate::deadline::Countdown;
 use crate::stats::Count;
 use io_uring::types;
 use rustix::io::Errno;
@@ -70,7 +70,7 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = Deadline::new(timeout);
+        let deadline = Countdown::new(timeout);
         self.note_submitter();
         let mut g = self.lock();
         let mut polls = 0u8;
