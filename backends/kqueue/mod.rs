@@ -66,22 +66,29 @@
 //! A knote that an `EV_DISPATCH` delivery disabled is re-armed with `EV_ADD |
 //! EV_ENABLE | EV_DISPATCH`, `fflags` and `data` 0 as in the `EV_ADD` that created
 //! it, because a bare `EV_ENABLE` does not mean the same on every kernel. What
-//! decides it is each kernel's registration path:
+//! decides it is each kernel's registration path, read in its source (a row names
+//! the revision read; one marked "not read" is inferred from the revisions around
+//! it):
 //!
 //! | kernel | `EV_ENABLE`: filter re-run (level re-report) | `EV_ENABLE`: `udata` stored | `EV_ADD` on the knote |
 //! |---|---|---|---|
 //! | FreeBSD 13, 14, main | yes: `kqueue_register` runs `f_event` at `done_ev_add:` | yes | re-run, stored |
-//! | macOS, iOS (XNU) | yes: `kevent_register`, the filter's `f_touch` (`filt_sortouch`, `filt_pipereadtouch`) | yes | re-run, stored |
-//! | DragonFly 4.6+ | yes: `kqueue_register`'s modify branch runs `filter_event` | yes | re-run, stored |
+//! | macOS, iOS (XNU; xnu-11417.101.15 read) | yes: `kevent_register`'s touch branch calls the filter's `f_touch` (`filt_sortouch`, `filt_sowtouch`, `filt_pipereadtouch`, `filt_pipewritetouch`), then `knote_apply_touch` clears `KN_DISABLED` and queues the knote if the touch found it ready | yes, unless the knote has `EV_UDATA_SPECIFIC` | the same touch branch: re-run, stored |
+//! | DragonFly (current `kern_event.c` read; the first release with it not checked) | yes: `kqueue_register`'s modify branch (neither `EV_ADD` nor `EV_DELETE`) runs `filter_event`, whose `KNOTE_ACTIVATE` marks the knote active for the enable to queue | yes (same branch) | re-run, stored: the `EV_ADD` branch does the same for an existing knote |
 //! | NetBSD 10, current | yes: `kqueue_register` runs `filter_event` at `done_ev_add:` | yes | re-run, stored |
 //! | NetBSD 8, 9 (kern_event.c 1.88 read) | **no**: `knote_enqueue` queues only a knote still `KN_ACTIVE`, and the dispatch delivery (`kqueue_scan`) cleared that mark | **no** | re-run, stored: `kqueue_register`'s `EV_ADD` branch stores `udata` and runs `f_event`, whose `knote_activate` marks it active |
-//! | OpenBSD 6.4+ (kern_event.c 1.86 on) | yes (`kqueue_register`) | **no**: `udata` only on the `EV_ADD` path | re-run, stored |
-//! | OpenBSD 6.2, 6.3 | **no**: as NetBSD 8 (`KN_ACTIVE` test in `kqueue_register`) | **no** | re-run, stored |
+//! | OpenBSD 6.4+ (kern_event.c 1.101 and 1.205 read; 1.86, 6.4's change, not read) | yes: `kqueue_register` runs `f_event` (1.101), `filter_process` (1.205) | **no**: `udata` only on the `EV_ADD` path (`knote_assign`, from `filter_modify`) | re-run, stored: 1.205's `filter_modify` (`filt_sormodify`, `filt_sowmodify`, `filt_pipemodify`: `knote_modify`); 1.101 stores `kn_kevent.udata` and runs `f_event` |
+//! | OpenBSD 6.2, 6.3 (not read: inferred from 1.47 and 1.101) | **no**: as NetBSD 8 (1.47's `kqueue_register` queues a re-enabled knote only if `KN_ACTIVE`) | **no** | re-run, stored: the `EV_ADD` branch on an existing knote is the same in 1.47 and 1.101 |
+//!
+//! On every row the knote keeps the `EV_DISPATCH` of the `EV_ADD` that created it
+//! (a change to an existing knote never rewrites its flags), so the next delivery
+//! disables it again (`kqueue_scan`; `knote_process` on XNU).
 //!
 //! So with a bare `EV_ENABLE`, a descriptor re-armed with its data still unread is
 //! never reported again on NetBSD 8/9 and OpenBSD 6.2-6.3 (a lost wake-up), and
 //! `udata` keeps the first arm's value on NetBSD 8/9 and OpenBSD. The `EV_ADD` of
-//! the record runs in the same `kqueue_register` call before its `EV_ENABLE`: the
+//! the record runs in the same registration call before its `EV_ENABLE`
+//! (`kqueue_register`; XNU's `kevent_register` takes both in one touch): the
 //! filter is re-run and `udata` stored on every kernel in the table, and then the
 //! enable queues the knote that the filter found ready. Respected with it:
 //!
@@ -99,7 +106,8 @@
 //! - an `EV_ERROR` entry written to the event list ends that `kevent` call
 //!   without collecting events, on every kernel (the change loop returns once
 //!   `nerrors` is non-zero: `kevent1` on NetBSD, `sys_kevent` on OpenBSD,
-//!   `kqueue_kevent` on FreeBSD): a refused record
+//!   `kqueue_kevent` on FreeBSD, `kern_kevent` on DragonFly; XNU's
+//!   `kevent_internal` scans only when no entry was written): a refused record
 //!   carried by a wait makes the wait return at once, and the wait loop goes on.
 //!
 //! # Change batching
