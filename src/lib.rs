@@ -11,7 +11,7 @@
 //! |---|---|---|---|---|
 //! | `backends::Epoll` | Linux, Android | `EPOLL_CTL_MOD` + `EPOLLONESHOT` | the kernel | eventfd |
 //! | `backends::Kqueue` | FreeBSD, NetBSD, OpenBSD, DragonFly, macOS, iOS | `EV_ADD \| EV_ENABLE \| EV_DISPATCH`, batched into the next `kevent` | the kernel | `EVFILT_USER` or a pipe |
-//! | [`backends::Blocking`] | every other Unix (or forced) | an in-memory set | the poller | a pipe |
+//! | `backends::Blocking` | every other Unix (or forced) | an in-memory set | the poller | a pipe |
 //! | `backends::Ports` | illumos, Solaris | `port_associate` (`PORT_SOURCE_FD`) | the kernel | `port_send` |
 //! | `backends::Afd` | Windows | one `IOCTL_AFD_POLL` on the socket's base handle, completing on an I/O completion port | the kernel (a poll completes once) | `PostQueuedCompletionStatus` |
 //! | `backends::Uring` | Linux, feature `io-uring` | a oneshot `IORING_OP_POLL_ADD`, submitted by the next `io_uring_enter` | the kernel | a flag, an eventfd while a waiter is in the kernel |
@@ -37,7 +37,7 @@
 //!
 //! Where the target has no oneshot multiplexer ([`MULTIPLEXES_ONESHOT`] is false), a
 //! runtime may prefer a thread per blocking operation over a shared poll(2) set:
-//! [`blocking::io_once`] tries the operation, waits with poll(2) only on
+//! `blocking::io_once` (Unix) tries the operation, waits with poll(2) only on
 //! `WouldBlock`, and retries.
 //!
 //! # Errors
@@ -82,7 +82,7 @@
 //! - `model`: the pure state machine (`state`) and a reference model of the kernels
 //!   (`model`) as public modules, for fuzzing a runtime's use of pollshot (the
 //!   crate's own fuzz targets turn it on). Off by default.
-//! - `--cfg pollshot_force_blocking`: make [`Blocking`](backends::Blocking) the default
+//! - `--cfg pollshot_force_blocking`: make `backends::Blocking` the default
 //!   backend on any target (for testing it on Linux).
 //! - `--cfg pollshot_libkqueue`: compile the kqueue backend on Linux against an
 //!   installed libkqueue (for testing it without a BSD kernel).
