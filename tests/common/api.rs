@@ -350,7 +350,7 @@ pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_threa
             p2.deregister(t1).unwrap();
             // The new socket takes the old number (dup2 closes the old one).
             let b2 = dup_onto(&b2, number);
-            // dup3 closed the old descriptor: its owner must not close the number.
+            // dup2 closed the old descriptor: its owner must not close the number.
             let _ = b1.into_raw_fd();
             let k2 = 2 * trial + 2;
             let t2 = p2.register_with(&b2, k2).unwrap();
@@ -395,10 +395,14 @@ pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_threa
 
 /// `fd` duplicated onto descriptor number `number` (dup2(2), close-on-exec).
 fn dup_onto(fd: &impl AsFd, number: RawFd) -> OwnedFd {
-    // SAFETY: dup3(2) of an open descriptor onto a number this test owns (the
-    // caller's old descriptor there is closed by it and never used again).
-    let r = unsafe { libc::dup3(fd.as_fd().as_raw_fd(), number, libc::O_CLOEXEC) };
-    assert_eq!(r, number, "dup3: {}", io::Error::last_os_error());
+    // SAFETY: dup2(2) of an open descriptor onto a number this test owns (the
+    // caller's old descriptor there is closed by it and never used again). dup2,
+    // not dup3: macOS has no dup3.
+    let r = unsafe { libc::dup2(fd.as_fd().as_raw_fd(), number) };
+    assert_eq!(r, number, "dup2: {}", io::Error::last_os_error());
+    // SAFETY: fcntl(2) F_SETFD on the descriptor just made.
+    let rc = unsafe { libc::fcntl(number, libc::F_SETFD, libc::FD_CLOEXEC) };
+    assert_eq!(rc, 0, "fcntl(F_SETFD): {}", io::Error::last_os_error());
     // SAFETY: `number` is now an open descriptor owned by nobody else.
     unsafe { OwnedFd::from_raw_fd(number) }
 }
