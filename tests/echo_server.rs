@@ -10,11 +10,13 @@
 #[path = "../examples/echo_server.rs"]
 mod echo_server;
 
+#[allow(unused_macros)] // the per-backend `suite!`, not used here
+mod common;
+
 use echo_server::{Config, Counters, Server, Timers};
 use pollshot::{Poller, Token};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -99,27 +101,6 @@ fn read_to_eof(s: &mut TcpStream) -> Vec<u8> {
     got
 }
 
-/// Ends the connection with a reset: SO_LINGER with a zero timeout makes the
-/// close send RST instead of FIN.
-fn reset(s: TcpStream) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid socket and a `linger` of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-    drop(s);
-}
-
 /// How an echo connection ends.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Ending {
@@ -202,7 +183,7 @@ fn echo_clients(addr: SocketAddr, thread_no: u64, conns: usize, rounds: usize) {
             }
             Ending::Reset => {
                 s.write_all(&[pattern(seed, offset); 100]).unwrap();
-                reset(s);
+                common::close_with_reset(s);
             }
             Ending::Close => drop(s),
         }
