@@ -79,9 +79,8 @@
 //! ones (past the 32 bytes per registration that the scale bench allows once the
 //! last page is counted).
 
-use crate::interest::Interest;
 use crate::raw::RawFd;
-use crate::state::{Phase, RegState};
+use crate::state::RegState;
 use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex};
 use crate::token::Token;
@@ -117,13 +116,12 @@ const BUCKETS: usize = 16;
 /// released.
 const LOCKED: u8 = 1;
 const PARKED: u8 = 1 << 1;
-/// Bits of `Slot::state`.
+/// Bits of `Slot::state`: the occupied bit, and the registration's state in the
+/// bits `RegState::packed` uses (`state::STATE_BITS`: the always-ready bit, then
+/// the phase in four bits, 0 fresh, 8 idle, 1..=7 armed for that
+/// [`Interest::bits`](crate::interest::Interest::bits)).
 const OCCUPIED: u8 = 1;
-const ALWAYS_READY: u8 = 1 << 1;
-/// The phase, four bits from here: 0 fresh, 8 idle, 1..=7 armed for that
-/// [`Interest::bits`] (readable 1, writable 2, priority 4).
-const PHASE_SHIFT: u8 = 2;
-const PHASE_IDLE: u8 = 8;
+const _: () = assert!(OCCUPIED & crate::state::STATE_BITS == 0);
 
 /// A live registration, as the table hands it out under the slot's lock.
 pub(crate) struct Entry {
@@ -185,29 +183,16 @@ struct Bucket {
     wake: Condvar,
 }
 
+/// A registration's state as its slot's `state` byte: the occupied bit beside
+/// the state's own packing (`RegState::packed`: the always-ready bit and the phase).
+#[inline(always)]
 fn encode(state: &RegState) -> u8 {
-    let phase = match state.phase() {
-        Phase::Fresh => 0,
-        Phase::Idle => PHASE_IDLE,
-        Phase::Armed(interest) => interest.bits(),
-    };
-    let ready = if state.is_always_ready() {
-        ALWAYS_READY
-    } else {
-        0
-    };
-    OCCUPIED | ready | (phase << PHASE_SHIFT)
+    OCCUPIED | state.packed()
 }
 
 #[inline(always)]
 fn decode(bits: u8, generation: u32) -> RegState {
-    let code = (bits >> PHASE_SHIFT) & 0b1111;
-    let phase = match code {
-        0 => Phase::Fresh,
-        // 1..=7: armed; `encode` writes nothing else but 8, idle.
-        c => Interest::from_bits(c).map_or(Phase::Idle, Phase::Armed),
-    };
-    RegState::from_parts(phase, generation, bits & ALWAYS_READY != 0)
+    RegState::from_packed(bits, generation)
 }
 
 /// A locked slot: its registration (if any) decoded, written back and unlocked
@@ -714,6 +699,8 @@ impl Drop for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interest::Interest;
+    use crate::state::Phase;
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
     use std::collections::HashSet;
