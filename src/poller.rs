@@ -11,7 +11,7 @@ use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::{Mutex, MutexGuard};
-use crate::table::{Entry, SlotGuard, Table};
+use crate::table::{Delivery, Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
@@ -431,21 +431,18 @@ impl<B: Backend> Poller<B> {
         f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
     ) -> io::Result<R> {
         self.check_fork(op)?;
-        let Some(mut guard) = self.table.lock(token.index()) else {
-            return Err(error::unknown_token(op, token));
-        };
-        let entry = match guard.as_mut() {
-            Some(e) if e.token == token => e,
-            _ => return Err(error::unknown_token(op, token)),
-        };
+        let fd = crate::raw::fd_at(token.index());
         let kernel = FdKernel {
             backend: &self.backend,
-            fd: entry.fd,
+            fd,
             slot: token.slot(),
             incarnation: token.incarnation(),
             superseded: false,
         };
-        f(entry.fd, &mut entry.state, kernel)
+        match self.table.update(token, |state| f(fd, state, kernel)) {
+            Some(result) => result,
+            None => Err(error::unknown_token(op, token)),
+        }
     }
 
     #[inline(always)]
@@ -721,41 +718,36 @@ impl<B: Backend> Poller<B> {
         wake::deliver(self, events, || countdown.left())
     }
 
-    /// Checks kernel events against the table; current ones are delivered.
+    /// Checks kernel events against the table; current ones are delivered. One
+    /// table access per event ([`Table::deliver`]).
+    #[inline(always)]
     fn accept(&self, raw: &[RawEvent], events: &mut Events) {
-        let counters = self.backend.counters();
         for ev in raw {
-            let Some(mut guard) = self.table.lock(ev.slot as usize) else {
-                counters.one(Count::Stale);
-                continue;
-            };
-            let Some(entry) = guard.as_mut() else {
-                drop(guard);
-                counters.one(Count::Stale);
-                continue;
-            };
             // Current: the stamp names the arming in force (the generation), or
             // the registration (the incarnation, where the table's phase
             // decides). Only a current event may be merged into a delivery.
-            let (tag, current) = if B::TAG_IS_GENERATION {
-                (Some(ev.stamp), ev.stamp == entry.state.generation())
+            let delivery = if B::TAG_IS_GENERATION {
+                self.table
+                    .deliver(ev.slot as usize, Some(ev.stamp), |generation, _| {
+                        ev.stamp == generation
+                    })
             } else {
-                (None, ev.stamp == stamp_of(entry.token))
+                self.table.deliver(ev.slot as usize, None, |_, token| {
+                    ev.stamp == stamp_of(token)
+                })
             };
-            let (fd, token) = (entry.fd, entry.token);
-            let accepted = if current {
-                entry.state.on_event(tag).map(|i| (i, guard.key()))
-            } else {
-                None
-            };
-            drop(guard);
-            match accepted {
-                Some((interest, key)) => {
+            match delivery {
+                Delivery::Taken {
+                    token,
+                    interest,
+                    key,
+                } => {
                     let t = Tag {
                         slot: ev.slot,
                         incarnation: token.incarnation(),
                         generation: 0,
                     };
+                    let fd = crate::raw::fd_at(ev.slot as usize);
                     self.backend.delivered(fd, t, interest, ev.readiness);
                     events.push(Event {
                         token,
@@ -765,8 +757,9 @@ impl<B: Backend> Poller<B> {
                 }
                 // kqueue: the other filter of a registration delivered in this
                 // same call is part of that delivery, not a stale event.
-                None if current && B::SPLIT_FILTERS && events.merge(token, ev.readiness) => {}
-                None => counters.one(Count::Stale),
+                Delivery::Current(token)
+                    if B::SPLIT_FILTERS && events.merge(token, ev.readiness) => {}
+                _ => self.backend.counters().one(Count::Stale),
             }
         }
     }

@@ -79,6 +79,7 @@
 //! ones (past the 32 bytes per registration that the scale bench allows once the
 //! last page is counted).
 
+use crate::interest::Interest;
 use crate::raw::RawFd;
 use crate::state::RegState;
 use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -279,11 +280,38 @@ impl Drop for SlotGuard<'_> {
             _ => {}
         }
         self.slot.state.store(bits, Ordering::Relaxed);
-        // Unlocks: publishes the stores above to the next holder (acquire).
-        if self.slot.lock.swap(0, Ordering::Release) & PARKED != 0 {
-            self.table.wake(self.slot);
-        }
+        self.table.unlock(self.slot);
     }
+}
+
+/// A slot's lock, held: released on drop ([`Table::lock_slot`]).
+struct Held<'a> {
+    table: &'a Table,
+    slot: &'a Slot,
+}
+
+impl Drop for Held<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.table.unlock(self.slot);
+    }
+}
+
+/// What [`Table::deliver`] did with a kernel event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Current, and it completed the registration's arming (now idle): deliver
+    /// it with this interest and key.
+    Taken {
+        token: Token,
+        interest: Interest,
+        key: usize,
+    },
+    /// Current (the stamp names this registration), but no arming was left to
+    /// complete: on kqueue, the other filter of a delivery already taken.
+    Current(Token),
+    /// No live registration in the slot, or the stamp is not current: dropped.
+    Stale,
 }
 
 /// The table. See the module docs.
@@ -461,6 +489,87 @@ impl Table {
     pub(crate) fn lock(&self, index: usize) -> Option<SlotGuard<'_>> {
         let (slot, key) = self.get(index)?;
         Some(self.guard(index, slot, key))
+    }
+
+    /// The event path: locks slot `index` once, and if its registration is live
+    /// and `current(generation, token)` says the event's stamp names it, runs the
+    /// state machine's [`RegState::on_event`] with `tag` and writes the new state
+    /// back. Unlike [`lock`](Self::lock), it touches only the state byte it may
+    /// change (and the key it reads), and builds no guard.
+    #[inline(always)]
+    pub(crate) fn deliver(
+        &self,
+        index: usize,
+        tag: Option<u32>,
+        current: impl FnOnce(u32, Token) -> bool,
+    ) -> Delivery {
+        let Some((slot, key)) = self.get(index) else {
+            return Delivery::Stale;
+        };
+        let _held = self.lock_slot(slot);
+        let bits = slot.state.load(Ordering::Relaxed);
+        if bits & OCCUPIED == 0 {
+            Delivery::Stale
+        } else {
+            let generation = slot.generation.load(Ordering::Relaxed);
+            let token = Token::new(index as u32, slot.incarnation.load(Ordering::Relaxed));
+            if !current(generation, token) {
+                Delivery::Stale
+            } else {
+                let mut state = decode(bits, generation);
+                match state.on_event(tag) {
+                    Some(interest) => {
+                        // `on_event` changes the phase only, not the generation.
+                        slot.state.store(encode(&state), Ordering::Relaxed);
+                        Delivery::Taken {
+                            token,
+                            interest,
+                            key: key.load(Ordering::Relaxed),
+                        }
+                    }
+                    None => Delivery::Current(token),
+                }
+            }
+        }
+    }
+
+    /// The operation path (arm, disarm): locks the slot `token` names and, if
+    /// its registration is `token`'s, runs `f` on the registration's state under
+    /// the lock and writes the state back; `None` if no registration of `token`
+    /// is live there. Like [`deliver`](Self::deliver), it builds no guard: one
+    /// table access, the slot's own lock, and the state's two words.
+    #[inline(always)]
+    pub(crate) fn update<R>(&self, token: Token, f: impl FnOnce(&mut RegState) -> R) -> Option<R> {
+        let (slot, _) = self.get(token.index())?;
+        let _held = self.lock_slot(slot);
+        let bits = slot.state.load(Ordering::Relaxed);
+        if bits & OCCUPIED == 0 || slot.incarnation.load(Ordering::Relaxed) != token.incarnation() {
+            return None;
+        }
+        let mut state = decode(bits, slot.generation.load(Ordering::Relaxed));
+        let result = f(&mut state);
+        slot.generation.store(state.generation(), Ordering::Relaxed);
+        slot.state.store(encode(&state), Ordering::Relaxed);
+        Some(result)
+    }
+
+    /// Takes `slot`'s lock; the lock is released when the returned value is
+    /// dropped (also on unwinding).
+    #[inline(always)]
+    fn lock_slot<'a>(&'a self, slot: &'a Slot) -> Held<'a> {
+        if !slot.try_lock() {
+            self.lock_contended(slot);
+        }
+        Held { table: self, slot }
+    }
+
+    /// Releases `slot`'s lock, held by this thread: publishes the slot's stores
+    /// to the next holder (acquire), and wakes the threads sleeping for it.
+    #[inline(always)]
+    fn unlock(&self, slot: &Slot) {
+        if slot.lock.swap(0, Ordering::Release) & PARKED != 0 {
+            self.wake(slot);
+        }
     }
 
     /// Locks slot `index` for a new registration, allocating its chunk (or page)
@@ -699,7 +808,6 @@ impl Drop for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interest::Interest;
     use crate::state::Phase;
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
