@@ -382,19 +382,26 @@ unsafe fn slot_at<'a>(
     line_bits: u32,
     offset: usize,
 ) -> (&'a Slot, &'a AtomicUsize) {
-    let mask = (1 << line_bits) - 1;
-    let low = offset & mask;
-    let line = ((low << 1) & mask) | (low >> (line_bits - 1));
-    let lane = offset >> line_bits;
-    // SAFETY: `line` < 2^line_bits, so `line / BLOCK_LINES` is below the blocks
-    // allocated, and `lane` < LANES by the caller's bound on `offset`; the
-    // allocation is live for `'a` (the caller's promise).
-    let block = unsafe { &*base.add(line / BLOCK_LINES) };
-    let within = line % BLOCK_LINES;
-    (
-        &block.lines[within].0[lane],
-        &block.keys[within * LANES + lane],
-    )
+    // `offset` is the lane (its top two bits) above `low` (`line_bits` bits);
+    // the slot's position in the chunk, in slots, is `line << 2 | lane`, where
+    // `line` is `low` rotated left by one within `line_bits`. Worked out in one
+    // go: `low`'s bits but the top one go to bits 3 and up; the three bits at
+    // `line_bits - 1` (lane and `low`'s top bit, `[l1 l0 h]`) become `[h l1 l0]`.
+    // (`[l1 l0 h]` times 9 is `[l1 l0 h l1 l0 h]`: shifted right once, its low
+    // three bits are `[h l1 l0]`.)
+    let top = offset >> (line_bits - 1);
+    let pos = ((offset << 3) & ((LANES << line_bits) - 1)) | (((top * 9) >> 1) & 7);
+    // SAFETY: `pos` < LANES << line_bits (a permutation of the offsets), so
+    // `pos / SLOTS_PER_BLOCK` is below the blocks allocated; the allocation is
+    // live for `'a` (the caller's promise).
+    let block = unsafe { &*base.add(pos / SLOTS_PER_BLOCK) };
+    // A block's lines of slots are consecutive: slot `s` of the block is lane
+    // `s % LANES` of line `s / LANES`, and its key is key `s`.
+    let s = pos % SLOTS_PER_BLOCK;
+    let lines: *const Slot = block.lines.as_ptr().cast();
+    // SAFETY: `Block` and `Line` are `repr(C)`, `lines` first: the block's
+    // `BLOCK_LINES * LANES` slots are one array there, and `s` is below that.
+    (unsafe { &*lines.add(s) }, &block.keys[s])
 }
 
 /// `log2` of the lines in small chunk `c`.
@@ -448,20 +455,30 @@ impl Table {
         if index >= MAX_SLOTS {
             return None;
         }
-        match place(index) {
-            Place::Small(chunk, offset) => {
-                let base = self.small[chunk].load(Ordering::Acquire);
-                if base.is_null() {
-                    return None;
-                }
-                // SAFETY: a non-null small-chunk pointer was stored (release, read
-                // here with acquire, so the lines' initialisation is visible) by
-                // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
-                // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
-                // `FIRST << chunk` by `place`. It is freed only by `drop`, which
-                // needs `&mut self`, so it outlives this borrow of `self`.
-                Some(unsafe { slot_at(base, small_line_bits(chunk), offset) })
+        if index < PAGED {
+            // `place`'s small chunk, from the top bit of `index + FIRST`: chunk
+            // `c` holds the indices whose `index + FIRST` has its top bit at
+            // `c + log2(FIRST)`, and the offset is what is below that bit.
+            let n = index + FIRST;
+            let top = log2(n);
+            let chunk = top - FIRST.trailing_zeros() as usize;
+            let offset = n - (1 << top);
+            debug_assert_eq!(place(index), Place::Small(chunk, offset));
+            let base = self.small[chunk].load(Ordering::Acquire);
+            if base.is_null() {
+                return None;
             }
+            // SAFETY: a non-null small-chunk pointer was stored (release, read
+            // here with acquire, so the lines' initialisation is visible) by
+            // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
+            // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
+            // `FIRST << chunk` (it is below `1 << top`). It is freed only by
+            // `drop`, which needs `&mut self`, so it outlives this borrow of
+            // `self`.
+            return Some(unsafe { slot_at(base, small_line_bits(chunk), offset) });
+        }
+        match place(index) {
+            Place::Small(..) => None,
             Place::Paged(segment, page, offset) => {
                 let dir = self.segments.get(segment)?.load(Ordering::Acquire);
                 if dir.is_null() {
@@ -875,6 +892,35 @@ mod tests {
             Place::Paged(s, p, o) => assert!(s < SEGMENTS && p < 1 << s && o < PAGE),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `slot_at`'s one-go position is the layout the module docs describe:
+    /// line `rotl1(low)` (within `line_bits`), lane `offset >> line_bits`.
+    #[test]
+    fn slot_at_places_each_offset_on_its_rotated_line_and_lane() {
+        for chunk in 0..SMALL {
+            let bits = small_line_bits(chunk);
+            let slots = FIRST << chunk;
+            let blocks: Vec<Block> = (0..slots / SLOTS_PER_BLOCK)
+                .map(|_| Block::default())
+                .collect();
+            let base = blocks.as_ptr();
+            let mask = (1usize << bits) - 1;
+            for o in 0..slots {
+                let low = o & mask;
+                let line = ((low << 1) & mask) | (low >> (bits - 1));
+                let lane = o >> bits;
+                let b = &blocks[line / BLOCK_LINES];
+                // SAFETY: `blocks` holds `1 << bits` lines and outlives the borrow.
+                let (slot, key) = unsafe { slot_at(base, bits, o) };
+                assert!(
+                    ptr::eq(slot, &b.lines[line % BLOCK_LINES].0[lane]),
+                    "{chunk} {o}"
+                );
+                assert!(ptr::eq(key, &b.keys[(line % BLOCK_LINES) * LANES + lane]));
+            }
+        }
+        assert_eq!(small_line_bits(SMALL - 1), PAGE_LINE_BITS);
     }
 
     #[test]
