@@ -602,7 +602,9 @@ impl<B: Backend> Poller<B> {
     }
 
     /// Queues a synthetic event for `slot`; returns whether to wake the kernel (a
-    /// thread counted as waiting may be blocked there: `src/wake.rs`).
+    /// thread counted as waiting may be blocked there: `src/wake.rs`). Out of
+    /// line: it keeps the common arm (a kernel command) small enough to inline.
+    #[inline(never)]
     fn queue_synthetic(&self, slot: u32, generation: u32) -> bool {
         self.backend.counters().one(Count::Synthetic);
         let mut queue = lock(&self.synthetic);

@@ -239,31 +239,81 @@ impl RegState {
         if self.code() == armed {
             return Ok(Armed::Unchanged);
         }
+        if self.bits != code_of(Phase::Fresh) && !self.is_always_ready() {
+            // Idle, or armed for another interest: the kernel holds it, re-arm.
+            // The common case, kept small enough to inline into the caller; the
+            // fallbacks are out of line.
+            let next = self.generation.wrapping_add(1);
+            return match kernel.modify(interest, next) {
+                Ok(()) => {
+                    self.generation = next;
+                    self.bits = armed;
+                    Ok(Armed::Kernel)
+                }
+                Err(e) => self.modify_refused(e, interest, kernel, fallbacks),
+            };
+        }
+        self.arm_fresh_or_always_ready(interest, kernel, fallbacks)
+    }
+
+    /// [`arm`](Self::arm) of a registration the kernel holds, whose modify the
+    /// kernel refused with `e`: ENOENT becomes an add.
+    #[cold]
+    #[inline(never)]
+    fn modify_refused<K: Kernel>(
+        &mut self,
+        e: KernelError,
+        interest: Interest,
+        kernel: &mut K,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
+        let next = self.generation.wrapping_add(1);
+        let result = match e {
+            KernelError::NotFound => {
+                fallbacks.not_found_to_add = true;
+                kernel.add(interest, next)
+            }
+            other => Err(other),
+        };
+        self.armed_by(result, interest, fallbacks)
+    }
+
+    /// [`arm`](Self::arm) of a fresh registration (add; EEXIST becomes a
+    /// modify) or an always-ready one (no command).
+    #[inline(never)]
+    fn arm_fresh_or_always_ready<K: Kernel>(
+        &mut self,
+        interest: Interest,
+        kernel: &mut K,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
         let next = self.generation.wrapping_add(1);
         if self.is_always_ready() {
             self.generation = next;
-            self.bits = ALWAYS_READY | armed;
+            self.bits = ALWAYS_READY | code_of(Phase::Armed(interest));
             return Ok(Armed::Synthetic);
         }
-        // Not always ready: `bits` is the phase's code alone.
-        let result = if self.bits == code_of(Phase::Fresh) {
-            match kernel.add(interest, next) {
-                Err(KernelError::Exists) => {
-                    fallbacks.exists_to_modify = true;
-                    kernel.modify(interest, next)
-                }
-                other => other,
+        let result = match kernel.add(interest, next) {
+            Err(KernelError::Exists) => {
+                fallbacks.exists_to_modify = true;
+                kernel.modify(interest, next)
             }
-        } else {
-            // Idle, or armed for another interest.
-            match kernel.modify(interest, next) {
-                Err(KernelError::NotFound) => {
-                    fallbacks.not_found_to_add = true;
-                    kernel.add(interest, next)
-                }
-                other => other,
-            }
+            other => other,
         };
+        self.armed_by(result, interest, fallbacks)
+    }
+
+    /// The end of an arm whose kernel command (after its fallback) answered
+    /// `result`: armed with the next generation, or always ready if the kernel
+    /// cannot poll the descriptor; unchanged on another error.
+    fn armed_by(
+        &mut self,
+        result: Result<(), KernelError>,
+        interest: Interest,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
+        let next = self.generation.wrapping_add(1);
+        let armed = code_of(Phase::Armed(interest));
         match result {
             Ok(()) => {
                 self.generation = next;
