@@ -423,25 +423,15 @@ impl<B: Backend> Poller<B> {
         result.map(drop).map_err(error::kernel)
     }
 
+    /// The state machine's kernel for `token`'s descriptor.
     #[inline(always)]
-    fn with_entry<R>(
-        &self,
-        op: &'static str,
-        token: Token,
-        f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
-    ) -> io::Result<R> {
-        self.check_fork(op)?;
-        let fd = crate::raw::fd_at(token.index());
-        let kernel = FdKernel {
+    fn kernel_for(&self, token: Token) -> FdKernel<'_, B> {
+        FdKernel {
             backend: &self.backend,
-            fd,
+            fd: crate::raw::fd_at(token.index()),
             slot: token.slot(),
             incarnation: token.incarnation(),
             superseded: false,
-        };
-        match self.table.update(token, |state| f(fd, state, kernel)) {
-            Some(result) => result,
-            None => Err(error::unknown_token(op, token)),
         }
     }
 
@@ -583,16 +573,23 @@ impl<B: Backend> Poller<B> {
         {
             return Err(error::priority_unsupported(B::NAME, B::PRIORITY));
         }
+        self.check_fork("arm")?;
+        let Some(mut live) = self.table.live(token) else {
+            return Err(error::unknown_token("arm", token));
+        };
         let mut fb = Fallbacks::default();
-        let wake = self.with_entry("arm", token, |_, state, mut kernel| {
-            let armed = state.arm(interest, &mut kernel, &mut fb);
-            self.count_fallbacks(fb);
-            match armed {
-                Ok(Armed::Synthetic) => Ok(self.queue_synthetic(token.slot(), state.generation())),
-                Ok(_) => Ok(false),
-                Err(e) => Err(error::kernel(e)),
-            }
-        })?;
+        let armed = live
+            .state
+            .arm(interest, &mut self.kernel_for(token), &mut fb);
+        live.store();
+        self.count_fallbacks(fb);
+        let wake = match armed {
+            Ok(Armed::Synthetic) => self.queue_synthetic(token.slot(), live.state.generation()),
+            Ok(_) => false,
+            Err(e) => return Err(error::kernel(e)),
+        };
+        // Unlocks the slot.
+        drop(live);
         if wake {
             // A waiter blocked in the kernel would not see the synthetic event:
             // wake it (after the slot's lock is released).
@@ -634,9 +631,13 @@ impl<B: Backend> Poller<B> {
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
-        self.with_entry("disarm", token, |_, state, mut kernel| {
-            state.disarm(&mut kernel).map(drop).map_err(error::kernel)
-        })
+        self.check_fork("disarm")?;
+        let Some(mut live) = self.table.live(token) else {
+            return Err(error::unknown_token("disarm", token));
+        };
+        let disarmed = live.state.disarm(&mut self.kernel_for(token));
+        live.store();
+        disarmed.map(drop).map_err(error::kernel)
     }
 
     /// Removes the registration from the table and the kernel. The token then names

@@ -297,6 +297,26 @@ impl Drop for Held<'_> {
     }
 }
 
+/// A live registration's slot, locked ([`Table::live`]): its state as it was
+/// when locked; [`store`](Self::store) writes a new one; dropping it unlocks.
+pub(crate) struct Live<'a> {
+    held: Held<'a>,
+    /// The registration's state.
+    pub(crate) state: RegState,
+}
+
+impl Live<'_> {
+    /// Writes [`state`](Self::state) back to the slot (seen by the next holder
+    /// of the lock).
+    #[inline(always)]
+    pub(crate) fn store(&self) {
+        let slot = self.held.slot;
+        slot.generation
+            .store(self.state.generation(), Ordering::Relaxed);
+        slot.state.store(encode(&self.state), Ordering::Relaxed);
+    }
+}
+
 /// What [`Table::deliver`] did with a kernel event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Delivery {
@@ -550,24 +570,21 @@ impl Table {
         }
     }
 
-    /// The operation path (arm, disarm): locks the slot `token` names and, if
-    /// its registration is `token`'s, runs `f` on the registration's state under
-    /// the lock and writes the state back; `None` if no registration of `token`
-    /// is live there. Like [`deliver`](Self::deliver), it builds no guard: one
-    /// table access, the slot's own lock, and the state's two words.
+    /// The operation path (arm, disarm): locks the slot `token` names if its
+    /// registration is `token`'s (`None` otherwise, unlocked again), and hands
+    /// out its state. Like [`deliver`](Self::deliver), it builds no guard: one
+    /// table access, the slot's own lock, and the state's two words, written
+    /// back by [`Live::store`].
     #[inline(always)]
-    pub(crate) fn update<R>(&self, token: Token, f: impl FnOnce(&mut RegState) -> R) -> Option<R> {
+    pub(crate) fn live(&self, token: Token) -> Option<Live<'_>> {
         let (slot, _) = self.get(token.index())?;
-        let _held = self.lock_slot(slot);
+        let held = self.lock_slot(slot);
         let bits = slot.state.load(Ordering::Relaxed);
         if bits & OCCUPIED == 0 || slot.incarnation.load(Ordering::Relaxed) != token.incarnation() {
             return None;
         }
-        let mut state = decode(bits, slot.generation.load(Ordering::Relaxed));
-        let result = f(&mut state);
-        slot.generation.store(state.generation(), Ordering::Relaxed);
-        slot.state.store(encode(&state), Ordering::Relaxed);
-        Some(result)
+        let state = decode(bits, slot.generation.load(Ordering::Relaxed));
+        Some(Live { held, state })
     }
 
     /// Takes `slot`'s lock; the lock is released when the returned value is
