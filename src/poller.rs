@@ -724,20 +724,17 @@ impl<B: Backend> Poller<B> {
     /// Checks kernel events against the table; current ones are delivered. One
     /// table access per event ([`Table::deliver`]).
     #[inline(always)]
-    fn accept(&self, raw: &[RawEvent], events: &mut Events) {
+    fn accept_into(&self, raw: &[RawEvent], events: &mut Vec<Event>) {
         for ev in raw {
             // Current: the stamp names the arming in force (the generation), or
             // the registration (the incarnation, where the table's phase
             // decides). Only a current event may be merged into a delivery.
             let delivery = if B::TAG_IS_GENERATION {
                 self.table
-                    .deliver(ev.slot as usize, Some(ev.stamp), |generation, _| {
-                        ev.stamp == generation
-                    })
+                    .deliver(ev.slot as usize, |generation, _| ev.stamp == generation)
             } else {
-                self.table.deliver(ev.slot as usize, None, |_, token| {
-                    ev.stamp == stamp_of(token)
-                })
+                self.table
+                    .deliver(ev.slot as usize, |_, token| ev.stamp == stamp_of(token))
             };
             match delivery {
                 Delivery::Taken {
@@ -761,10 +758,17 @@ impl<B: Backend> Poller<B> {
                 // kqueue: the other filter of a registration delivered in this
                 // same call is part of that delivery, not a stale event.
                 Delivery::Current(token)
-                    if B::SPLIT_FILTERS && events.merge(token, ev.readiness) => {}
+                    if B::SPLIT_FILTERS && Events::merge(events, token, ev.readiness) => {}
                 _ => self.backend.counters().one(Count::Stale),
             }
         }
+    }
+
+    /// [`accept_into`](Self::accept_into) the list of `events` (the key tests:
+    /// events fetched before a change to the registration).
+    #[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
+    fn accept(&self, raw: &[RawEvent], events: &mut Events) {
+        self.accept_into(raw, events.split().1);
     }
 
     /// Moves queued synthetic events that are still current into `events`, up to
@@ -1023,18 +1027,16 @@ impl<B: Backend> Source for Poller<B> {
 
     #[inline(always)]
     fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
-        let mut raw = std::mem::take(&mut events.raw);
+        let max = events.remaining();
+        let (raw, list) = events.split();
         raw.clear();
-        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
-        }
+        let waited = self.backend.wait(raw, max, timeout);
         let fetched = if raw.is_empty() {
             Fetched::Nothing
         } else {
+            self.accept_into(raw, list);
             Fetched::Events
         };
-        events.raw = raw;
         Ok(if waited? { Fetched::Woken } else { fetched })
     }
 

@@ -374,12 +374,13 @@ impl RegState {
     /// stale and must be dropped.
     #[inline(always)]
     pub fn on_event(&mut self, tag: Option<u32>) -> Option<Interest> {
-        if !self.is_armed() || tag.is_some_and(|g| g != self.generation) {
+        // Armed exactly when the code is an interest's bits (1 to 7).
+        let interest = Interest::from_bits(self.code() >> PHASE_SHIFT)?;
+        if tag.is_some_and(|g| g != self.generation) {
             return None;
         }
-        let interest = Interest::from_bits(self.code() >> PHASE_SHIFT);
         self.set_phase(Phase::Idle);
-        interest
+        Some(interest)
     }
 
     /// Whether the phase is armed (code 1 to 7).

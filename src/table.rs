@@ -530,14 +530,13 @@ impl Table {
 
     /// The event path: locks slot `index` once, and if its registration is live
     /// and `current(generation, token)` says the event's stamp names it, runs the
-    /// state machine's [`RegState::on_event`] with `tag` and writes the new state
+    /// state machine's [`RegState::on_event`] and writes the new state
     /// back. Unlike [`lock`](Self::lock), it touches only the state byte it may
     /// change (and the key it reads), and builds no guard.
     #[inline(always)]
     pub(crate) fn deliver(
         &self,
         index: usize,
-        tag: Option<u32>,
         current: impl FnOnce(u32, Token) -> bool,
     ) -> Delivery {
         let Some((slot, key)) = self.get(index) else {
@@ -554,7 +553,9 @@ impl Table {
                 Delivery::Stale
             } else {
                 let mut state = decode(bits, generation);
-                match state.on_event(tag) {
+                // Current: the arming in force, if any, is the one the event
+                // completes (the stamp was checked against it above).
+                match state.on_event(None) {
                     Some(interest) => {
                         // `on_event` changes the phase only, not the generation.
                         slot.state.store(encode(&state), Ordering::Relaxed);
