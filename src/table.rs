@@ -409,11 +409,29 @@ unsafe fn slot_at<'a>(
     // `line_bits - 1` (lane and `low`'s top bit, `[l1 l0 h]`) become `[h l1 l0]`.
     // (`[l1 l0 h]` times 9 is `[l1 l0 h l1 l0 h]`: shifted right once, its low
     // three bits are `[h l1 l0]`.)
-    let top = offset >> (line_bits - 1);
-    let pos = ((offset << 3) & ((LANES << line_bits) - 1)) | (((top * 9) >> 1) & 7);
-    // SAFETY: `pos` < LANES << line_bits (a permutation of the offsets), so
-    // `pos / SLOTS_PER_BLOCK` is below the blocks allocated; the allocation is
-    // live for `'a` (the caller's promise).
+    let pos = position(offset, LANES << line_bits, line_bits - 1);
+    // SAFETY: as `slot_in` requires: `pos` < `LANES << line_bits` (a
+    // permutation of the offsets), the slots allocated at `base`.
+    unsafe { slot_in(base, pos) }
+}
+
+/// The position, in slots, of `offset` in a chunk of `size` slots (`LANES <<
+/// line_bits`), `top_shift` being `line_bits - 1` (see [`slot_at`]).
+#[inline(always)]
+fn position(offset: usize, size: usize, top_shift: u32) -> usize {
+    let top = offset >> top_shift;
+    ((offset << 3) & (size - 1)) | (((top * 9) >> 1) & 7)
+}
+
+/// The slot at position `pos` of the chunk at `base`, and its key.
+///
+/// # Safety
+/// `base` points to a live allocation of more than `pos` slots (`pos /
+/// SLOTS_PER_BLOCK` blocks and then some) that outlives `'a`.
+#[inline(always)]
+unsafe fn slot_in<'a>(base: *const Block, pos: usize) -> (&'a Slot, &'a AtomicUsize) {
+    // SAFETY: `pos / SLOTS_PER_BLOCK` is below the blocks allocated, which live
+    // for `'a` (the caller's promise).
     let block = unsafe { &*base.add(pos / SLOTS_PER_BLOCK) };
     // A block's lines of slots are consecutive: slot `s` of the block is lane
     // `s % LANES` of line `s / LANES`, and its key is key `s`.
@@ -480,10 +498,13 @@ impl Table {
             // `c` holds the indices whose `index + FIRST` has its top bit at
             // `c + log2(FIRST)`, and the offset is what is below that bit.
             let n = index + FIRST;
-            let top = log2(n);
-            let chunk = top - FIRST.trailing_zeros() as usize;
-            let offset = n - (1 << top);
+            let top = n.ilog2();
+            let chunk = (top - FIRST.trailing_zeros()) as usize;
+            // The chunk's size in slots, `LANES << small_line_bits(chunk)`.
+            let size = 1usize << top;
+            let offset = n ^ size;
             debug_assert_eq!(place(index), Place::Small(chunk, offset));
+            debug_assert_eq!(size, LANES << small_line_bits(chunk));
             let base = self.small[chunk].load(Ordering::Acquire);
             if base.is_null() {
                 return None;
@@ -495,7 +516,9 @@ impl Table {
             // `FIRST << chunk` (it is below `1 << top`). It is freed only by
             // `drop`, which needs `&mut self`, so it outlives this borrow of
             // `self`.
-            return Some(unsafe { slot_at(base, small_line_bits(chunk), offset) });
+            // (`slot_at(base, small_line_bits(chunk), offset)`, with the
+            // chunk's size and shift from `top`.)
+            return Some(unsafe { slot_in(base, position(offset, size, top - 3)) });
         }
         match place(index) {
             Place::Small(..) => None,
@@ -939,6 +962,26 @@ mod tests {
             }
         }
         assert_eq!(small_line_bits(SMALL - 1), PAGE_LINE_BITS);
+    }
+
+    /// `get`'s small-chunk path (from the top bit of `index + FIRST`) finds what
+    /// `place` and `slot_at` name, for every index below `PAGED`.
+    #[test]
+    fn lookup_of_every_small_index_is_place_and_slot_at() {
+        let table = Table::new();
+        for chunk in 0..SMALL {
+            drop(table.lock_for_insert(FIRST * ((1 << chunk) - 1)));
+        }
+        for index in 0..PAGED {
+            let Place::Small(chunk, offset) = place(index) else {
+                panic!("{index}")
+            };
+            let base = table.small[chunk].load(Ordering::Acquire);
+            // SAFETY: chunk `chunk` is allocated above and lives with `table`.
+            let want = unsafe { slot_at(base, small_line_bits(chunk), offset) };
+            let (slot, key) = table.get(index).unwrap();
+            assert!(ptr::eq(slot, want.0) && ptr::eq(key, want.1), "{index}");
+        }
     }
 
     #[test]
