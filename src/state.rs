@@ -108,7 +108,7 @@ pub struct Fallbacks {
 /// Kept packed as the poller's table stores it, so that a slot's lock hands it
 /// out and takes it back with a mask and an or, not a translation: `bits` holds
 /// the always-ready mark in bit 1 and the phase in bits 2 to 5 (0 fresh,
-/// [`PHASE_IDLE`] idle, 1 to 7 armed for that [`Interest::bits`]); bit 0 and bits
+/// 8 idle, 1 to 7 armed for that [`Interest::bits`]); bit 0 and bits
 /// 6 and 7 are always 0 here (the table keeps its occupied bit in bit 0).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RegState {
