@@ -71,7 +71,6 @@ impl Ring {
     ) -> io::Result<bool> {
         let max = max.max(1);
         let deadline = Countdown::new(timeout);
-        self.note_submitter();
         let mut g = self.lock();
         let mut polls = 0u8;
         loop {
@@ -97,6 +96,7 @@ impl Ring {
                 }
                 polls += 1;
                 drop(g);
+                self.note_submitter();
                 let r = self.enter_nowait();
                 g = self.lock();
                 r?;
@@ -121,6 +121,7 @@ impl Ring {
             g.leader = true;
             let posted = g.reaped + self.queued_completions(&g);
             drop(g);
+            self.note_submitter();
             let r = self.enter(remaining);
             polls += 1;
             g = self.lock();

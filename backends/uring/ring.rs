@@ -181,6 +181,8 @@ pub(super) struct Ring {
     pub(super) counters: Arc<Counters>,
     /// This ring, for the submitters' lists.
     pub(super) me: Weak<Ring>,
+    /// This ring's id in the submitters' lists (`exit.rs`), unique in the process.
+    pub(super) id: u64,
 }
 
 pub(super) fn unsupported(what: &str) -> io::Error {
@@ -293,6 +295,7 @@ impl Ring {
             skip_success,
             counters,
             me: me.clone(),
+            id: super::exit::next_id(),
         }))
     }
 
