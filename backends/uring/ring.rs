@@ -140,13 +140,37 @@ impl Shared {
         self.inflight.get(slot as usize).copied().unwrap_or(0)
     }
 
-    #[inline]
+    /// The slot's pending request; `pending` and `inflight` grow together to hold
+    /// it, so that an index checked here is in bounds for both.
+    #[inline(always)]
     pub(super) fn slot(&mut self, slot: u32) -> &mut Pending {
         let i = slot as usize;
         if i >= self.pending.len() {
-            self.pending.resize(i + 1, IDLE);
+            self.grow(i);
         }
         &mut self.pending[i]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.pending.resize(i + 1, IDLE);
+        if self.inflight.len() <= i {
+            self.inflight.resize(i + 1, 0);
+        }
+    }
+
+    /// One more request of `slot` in flight.
+    #[inline(always)]
+    fn count_inflight(&mut self, slot: u32) {
+        let i = slot as usize;
+        match self.inflight.get_mut(i) {
+            Some(n) => *n += 1,
+            None => {
+                self.inflight.resize(i + 1, 0);
+                self.inflight[i] = 1;
+            }
+        }
     }
 }
 
@@ -310,25 +334,31 @@ impl Ring {
     /// A poll request of a slot counts in the slot's `inflight` from here.
     #[inline(always)]
     pub(super) fn push(&self, g: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
-        match push_raw(&self.ring, entry) {
-            Ok(submitted) => {
-                if submitted {
-                    self.note_submitter();
-                    self.counters.one(Count::CtlCall);
-                }
-                let (slot, _) = unpack64(entry.get_user_data());
-                // The waker's, the removes' and the private epoll's: not a slot's.
-                if slot != u32::MAX {
-                    let i = slot as usize;
-                    if i >= g.inflight.len() {
-                        g.inflight.resize(i + 1, 0);
-                    }
-                    g.inflight[i] += 1;
-                }
-                Ok(())
-            }
-            Err(e) => Err(KernelError::Other(e)),
+        // SAFETY: under the mutex: the only submission queue handle, dropped (its
+        // tail synced) at the end of the statement. Poll and poll-remove entries
+        // refer to no memory of ours: nothing must outlive their submission.
+        let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
+        if !pushed {
+            self.push_full(entry)?;
         }
+        let (slot, _) = unpack64(entry.get_user_data());
+        // The waker's, the removes' and the private epoll's: not a slot's.
+        if slot != u32::MAX {
+            g.count_inflight(slot);
+        }
+        Ok(())
+    }
+
+    /// The queue is full: submit it to make room, then push (counted).
+    #[cold]
+    #[inline(never)]
+    fn push_full(&self, entry: &squeue::Entry) -> Result<(), KernelError> {
+        let submitted = push_raw(&self.ring, entry).map_err(KernelError::Other)?;
+        if submitted {
+            self.note_submitter();
+            self.counters.one(Count::CtlCall);
+        }
+        Ok(())
     }
 
     /// The entry that removes a pending request.
