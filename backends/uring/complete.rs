@@ -18,6 +18,9 @@ use std::io;
 pub(super) const WRITE_BITS: u32 =
     (libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) as u32;
 
+/// What a write-only arming answers: [`WRITE_BITS`] and urgent data.
+const ANSWERED: u32 = WRITE_BITS | libc::POLLPRI as u32;
+
 /// What a failed request reports: an error on both directions.
 pub(super) const FAILED: Readiness = Readiness::ERROR
     .union(Readiness::READABLE)
@@ -34,6 +37,7 @@ impl Ring {
     /// Takes completions into `out` (at most `max` in all), handling the waker's,
     /// the removes' and cancelled ones; a flagged overflow is flushed while there is
     /// room. Returns whether completions are left in the queue.
+    #[inline(always)]
     pub(super) fn reap(
         &self,
         g: &mut Shared,
@@ -42,20 +46,22 @@ impl Ring {
     ) -> io::Result<bool> {
         loop {
             let mut rearm: Option<squeue::Entry> = None;
-            let mut left = false;
-            {
+            let left = {
                 // SAFETY: under the mutex: the only completion queue handle. It is
                 // dropped (its head synced) before anything else touches the ring.
                 let mut cq = unsafe { self.ring.completion_shared() };
-                while out.len() < max && rearm.is_none() {
+                while out.len() < max {
                     let Some(cqe) = cq.next() else { break };
                     g.reaped += 1;
-                    rearm = self.complete(g, &cqe, out, max);
+                    if !self.deliver_current(g, &cqe, out) {
+                        rearm = self.complete(g, &cqe, out, max);
+                        if rearm.is_some() {
+                            break;
+                        }
+                    }
                 }
-                if !cq.is_empty() {
-                    left = true;
-                }
-            }
+                !cq.is_empty()
+            };
             if let Some(entry) = rearm {
                 self.push(g, &entry).map_err(kernel_io)?;
                 continue;
@@ -69,29 +75,76 @@ impl Ring {
             if !overflow {
                 return Ok(false);
             }
-            // The kernel holds completions that did not fit: an enter with
-            // GETEVENTS moves them into the queue.
-            self.counters.one(Count::Wait);
-            // SAFETY: no argument structure is passed (a null pointer).
-            match unsafe {
-                self.ring.submitter().enter::<libc::sigset_t>(
-                    0,
-                    0,
-                    io_uring::EnterFlags::GETEVENTS.bits(),
-                    None,
-                )
-            } {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
-            }
+            self.flush_overflow()?;
         }
+    }
+
+    /// The kernel holds completions that did not fit: an enter with GETEVENTS
+    /// moves them into the queue.
+    #[cold]
+    #[inline(never)]
+    fn flush_overflow(&self) -> io::Result<()> {
+        self.counters.one(Count::Wait);
+        // SAFETY: no argument structure is passed (a null pointer).
+        match unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                0,
+                0,
+                io_uring::EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        } {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The common completion: the current request of a slot's arming by poll
+    /// request, fired with no error, for a readable arming or with a bit a
+    /// write-only one answers. Delivered into `out` (which has room) and `true`;
+    /// `false` (nothing done) for any other, which [`complete`](Self::complete)
+    /// routes.
+    #[inline(always)]
+    fn deliver_current(
+        &self,
+        g: &mut Shared,
+        cqe: &cqueue::Entry,
+        out: &mut Vec<RawEvent>,
+    ) -> bool {
+        let user_data = cqe.user_data();
+        let res = cqe.result();
+        let (slot, generation) = unpack64(user_data);
+        let i = slot as usize;
+        // The waker's, the removes' and the private epoll's (slot `u32::MAX`) are
+        // out of every table's range.
+        let Some(&p) = g.pending.get(i) else {
+            return false;
+        };
+        let bits = res as u32;
+        if p.user_data != user_data
+            || p.via_epoll
+            || res < 0
+            || bits & libc::POLLERR as u32 != 0
+            || (p.events & libc::POLLIN as u32 == 0 && bits & ANSWERED == 0)
+        {
+            return false;
+        }
+        self.settle(g, slot);
+        g.pending[i] = p.idle();
+        out.push(RawEvent {
+            slot,
+            stamp: generation,
+            readiness: Readiness::from_epoll(bits),
+        });
+        true
     }
 
     /// One completion, with room for it in `out` (at most `max` in all). Returns
     /// the entry to queue: again for a cancelled current request, or the poll on
     /// the private epoll instance.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     pub(super) fn complete(
         &self,
         g: &mut Shared,
@@ -163,8 +216,7 @@ impl Ring {
             return None;
         }
         let p = g.pending[slot as usize];
-        let answered = WRITE_BITS | libc::POLLPRI as u32;
-        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & answered == 0 {
+        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & ANSWERED == 0 {
             // A write-only arming completed with read-closed alone (the kernel adds
             // POLLRDHUP to every poll request): epoll would report nothing until
             // the socket is writable. The private epoll watches the rest of it.
