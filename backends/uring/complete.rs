@@ -21,6 +21,21 @@ pub(super) const WRITE_BITS: u32 =
 /// What a write-only arming answers: [`WRITE_BITS`] and urgent data.
 const ANSWERED: u32 = WRITE_BITS | libc::POLLPRI as u32;
 
+/// `POLLIN | POLLPRI | POLLOUT`: a completion with these bits alone (the usual
+/// one) is decoded by [`PLAIN_READINESS`].
+const PLAIN: u32 = (libc::POLLIN | libc::POLLPRI | libc::POLLOUT) as u32;
+
+/// [`Readiness::from_epoll`] of each combination of the [`PLAIN`] bits, by value.
+const PLAIN_READINESS: [Readiness; 8] = {
+    let mut t = [Readiness::EMPTY; 8];
+    let mut i = 0;
+    while i < 8 {
+        t[i] = Readiness::from_epoll(i as u32);
+        i += 1;
+    }
+    t
+};
+
 /// What a failed request reports: an error on both directions.
 pub(super) const FAILED: Readiness = Readiness::ERROR
     .union(Readiness::READABLE)
@@ -135,7 +150,11 @@ impl Ring {
         out.push(RawEvent {
             slot,
             stamp: generation,
-            readiness: Readiness::from_epoll(bits),
+            readiness: if bits & !PLAIN == 0 {
+                PLAIN_READINESS[bits as usize]
+            } else {
+                Readiness::from_epoll(bits)
+            },
         });
         true
     }

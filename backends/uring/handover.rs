@@ -63,6 +63,7 @@ impl Ring {
     }
 
     /// The wait: see the module docs. Returns whether it consumed a wake-up.
+    #[inline(always)]
     pub(super) fn wait(
         &self,
         out: &mut Vec<RawEvent>,
@@ -70,8 +71,31 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = Countdown::new(timeout);
         let mut g = self.lock();
+        // The common case: completions already posted, and no wake-up or parked
+        // events to take first.
+        let reaped = !g.woken && g.parked.is_empty();
+        if reaped {
+            let left = self.reap(&mut g, out, max)?;
+            if !out.is_empty() {
+                return Ok(self.leave(g, false, left));
+            }
+        }
+        self.wait_for(g, out, max, timeout, reaped)
+    }
+
+    /// The rest of [`wait`](Self::wait): `reaped`, the queue was found empty
+    /// under this hold of the mutex.
+    #[inline(never)]
+    fn wait_for<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Shared>,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        mut reaped: bool,
+    ) -> io::Result<bool> {
+        let deadline = Countdown::new(timeout);
         let mut polls = 0u8;
         loop {
             let consumed = std::mem::replace(&mut g.woken, false);
@@ -80,7 +104,11 @@ impl Ring {
                 let n = g.parked.len().min(max.saturating_sub(out.len()));
                 out.extend(g.parked.drain(..n));
             }
-            let left = self.reap(&mut g, out, max)? || !g.parked.is_empty();
+            let left = if std::mem::replace(&mut reaped, false) {
+                false
+            } else {
+                self.reap(&mut g, out, max)?
+            } || !g.parked.is_empty();
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
             }
@@ -181,6 +209,7 @@ impl Ring {
 
     /// Returns from a wait: hands what is left (completions, notifies) to a
     /// follower, and submits what the reap queued if a leader is in the kernel.
+    #[inline(always)]
     pub(super) fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
         if left && g.followers > 0 {
             self.hand_over(&g);
