@@ -59,6 +59,7 @@ impl Ring {
         out: &mut Vec<RawEvent>,
         max: usize,
     ) -> io::Result<bool> {
+        let before = out.len();
         loop {
             let mut rearm: Option<squeue::Entry> = None;
             let left = {
@@ -81,7 +82,9 @@ impl Ring {
                 self.push(g, &entry).map_err(kernel_io)?;
                 continue;
             }
-            if left || out.len() >= max {
+            // A reap that took events leaves a flagged overflow to the next one
+            // (the flag stays set until flushed), which finds the queue empty.
+            if left || out.len() >= max || out.len() > before {
                 return Ok(left);
             }
             // SAFETY: under the mutex: the only submission queue handle; it only
