@@ -1,6 +1,7 @@
 //! Several waiters on one ring: the leader blocked in `io_uring_enter`, the
 //! followers on the hand-over futex, and the binary waker.
 
+use super::lock::Guard;
 use super::ring::{Ring, Shared, ENTRIES};
 use crate::backend::RawEvent;
 use crate::deadline::Countdown;
@@ -9,7 +10,6 @@ use io_uring::types;
 use rustix::io::Errno;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 use std::time::Duration;
 
 /// The longest single futex wait of a follower (the loop around it goes on).
@@ -89,7 +89,7 @@ impl Ring {
     #[inline(never)]
     fn wait_for<'a>(
         &'a self,
-        mut g: MutexGuard<'a, Shared>,
+        mut g: Guard<'a, Shared>,
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
@@ -194,14 +194,14 @@ impl Ring {
 
     /// Wakes one follower (under the mutex, so a follower between reading the
     /// word and waiting on it sees the word move and does not block).
-    pub(super) fn hand_over(&self, _held: &MutexGuard<'_, Shared>) {
+    pub(super) fn hand_over(&self, _held: &Guard<'_, Shared>) {
         self.handoff.fetch_add(1, Ordering::Relaxed);
         let _ =
             rustix::thread::futex::wake(&self.handoff, rustix::thread::futex::Flags::PRIVATE, 1);
     }
 
     /// Completions in the queue, not yet taken (under the mutex).
-    pub(super) fn queued_completions(&self, _held: &MutexGuard<'_, Shared>) -> u64 {
+    pub(super) fn queued_completions(&self, _held: &Guard<'_, Shared>) -> u64 {
         // SAFETY: under the mutex: the only completion queue handle; it only reads
         // the queue's length.
         unsafe { self.ring.completion_shared() }.len() as u64
@@ -210,7 +210,7 @@ impl Ring {
     /// Returns from a wait: hands what is left (completions, notifies) to a
     /// follower, and submits what the reap queued if a leader is in the kernel.
     #[inline(always)]
-    pub(super) fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
+    pub(super) fn leave(&self, g: Guard<'_, Shared>, consumed: bool, left: bool) -> bool {
         if left && g.followers > 0 {
             self.hand_over(&g);
         }

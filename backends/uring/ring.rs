@@ -2,6 +2,7 @@
 //! leader's flags, the ring's creation (io_uring_setup(2), the waker's multishot
 //! poll) and the one push into the submission queue.
 
+use super::lock::{Guard, Lock};
 use crate::backend::RawEvent;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
@@ -11,7 +12,7 @@ use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
 pub(super) const WAKER: u64 = pack64(u32::MAX, 0);
@@ -183,7 +184,7 @@ pub(super) struct Ring {
     /// addresses may since hold other mappings (a new ring's), so dropping the ring
     /// only closes the child's copy of its descriptor.
     pub(super) abandoned: AtomicBool,
-    pub(super) shared: Mutex<Shared>,
+    pub(super) shared: Lock<Shared>,
     /// Followers wait on this word (futex(2)) for the leader's hand-over or a
     /// wake-up: bumped, under the mutex, by each. A futex wait, unlike a condition
     /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
@@ -310,7 +311,7 @@ impl Ring {
         Ok(Arc::new_cyclic(|me| Ring {
             ring: ManuallyDrop::new(ring),
             abandoned: AtomicBool::new(false),
-            shared: Mutex::new(Shared::new()),
+            shared: Lock::new(Shared::new()),
             handoff: AtomicU32::new(0),
             departed: AtomicU32::new(0),
             forks: crate::fork::install(),
@@ -324,10 +325,10 @@ impl Ring {
     }
 
     #[inline(always)]
-    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+    pub(super) fn lock(&self) -> Guard<'_, Shared> {
         // Every field is plain data updated in single assignments: a panic elsewhere
-        // cannot leave it half-written.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        // cannot leave it half-written, so the lock has no poisoning (`lock.rs`).
+        self.shared.lock()
     }
 
     /// Pushes under the mutex; a push that had to submit a full queue is counted.
