@@ -2,7 +2,7 @@
 //! remove's answer, a cancelled request to queue again, the private epoll's, a
 //! stale one, or the delivery of the current arming.
 
-use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
+use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, NONE, REMOVE, WAKER};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -136,7 +136,7 @@ impl Ring {
         let i = slot as usize;
         // The waker's, the removes' and the private epoll's (slot `u32::MAX`) are
         // out of every table's range.
-        let Some(&p) = g.pending.get(i) else {
+        let Some(p) = g.pending.get_mut(i) else {
             return false;
         };
         let bits = res as u32;
@@ -148,8 +148,13 @@ impl Ring {
         {
             return false;
         }
+        // Idle (`Pending::idle`): neither `via_epoll` (tested above) nor `lost`
+        // (reset by every arm) is set on a slot with a request pending.
+        debug_assert!(!p.lost);
+        p.user_data = NONE;
+        p.events = 0;
+        p.older = 0;
         self.settle(g, slot);
-        g.pending[i] = p.idle();
         out.push(RawEvent {
             slot,
             stamp: generation,
