@@ -80,6 +80,19 @@ impl Ring {
             if !out.is_empty() {
                 return Ok(self.leave(g, false, left));
             }
+            if timeout.is_none() && !g.leader {
+                // Nothing posted, no limit, no leader: lead one enter here, and
+                // take what it returned for (the loop in `wait_for` goes on
+                // where that is nothing this wait delivers).
+                g = self.lead(g, None, &Countdown::new(None))?;
+                if !g.woken && g.parked.is_empty() {
+                    let left = self.reap(&mut g, out, max)?;
+                    if !out.is_empty() {
+                        return Ok(self.leave(g, false, left));
+                    }
+                }
+                return self.wait_for(g, out, max, timeout, false);
+            }
         }
         self.wait_for(g, out, max, timeout, reaped)
     }
@@ -146,27 +159,42 @@ impl Ring {
                 }
                 continue;
             }
-            g.leader = true;
-            let posted = g.reaped + self.queued_completions(&g);
-            drop(g);
-            self.note_submitter();
-            let r = self.enter(remaining);
             polls += 1;
-            g = self.lock();
-            g.leader = false;
-            g.kicked = false;
-            // A follower leads next, or takes what this one has no room for.
-            self.left_kernel(&g);
-            if r? > 0
-                && g.reaped + self.queued_completions(&g) == posted
-                && !g.woken
-                && !deadline.passed()
-            {
-                // It submitted, nothing was posted, and time is left: a signal
-                // ended the wait (the kernel answered the count, not EINTR).
-                return Err(io::Error::from_raw_os_error(libc::EINTR));
-            }
+            g = self.lead(g, remaining, &deadline)?;
         }
+    }
+
+    /// One `io_uring_enter` as the leader (no leader is in the kernel): it
+    /// submits what is queued and waits for a completion for at most
+    /// `remaining`. Returns the guard, taken again; `Interrupted` where a signal
+    /// ended the wait.
+    #[inline(always)]
+    fn lead<'a>(
+        &'a self,
+        mut g: Guard<'a, Shared>,
+        remaining: Option<Duration>,
+        deadline: &Countdown,
+    ) -> io::Result<Guard<'a, Shared>> {
+        g.leader = true;
+        let posted = g.reaped + self.queued_completions(&g);
+        drop(g);
+        self.note_submitter();
+        let r = self.enter(remaining);
+        let mut g = self.lock();
+        g.leader = false;
+        g.kicked = false;
+        // A follower leads next, or takes what this one has no room for.
+        self.left_kernel(&g);
+        if r? > 0
+            && g.reaped + self.queued_completions(&g) == posted
+            && !g.woken
+            && !deadline.passed()
+        {
+            // It submitted, nothing was posted, and time is left: a signal
+            // ended the wait (the kernel answered the count, not EINTR).
+            return Err(io::Error::from_raw_os_error(libc::EINTR));
+        }
+        Ok(g)
     }
 
     /// A follower's wait for a hand-over: until the `handoff` word moves on from
