@@ -27,7 +27,7 @@
 
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
-#![cfg(unix)]
+#![cfg(any(unix, windows))]
 
 mod event;
 mod events;
