@@ -162,8 +162,9 @@ run_suite() {
 # facade_pkg DIR PUBLISHED: a package at DIR that builds polling's tests (copied
 # by the caller into DIR/tests) against the facade as the package `polling`: the
 # facade's manifest with absolute paths, plus polling's dev-dependencies (and
-# cfg-if, a normal dependency of polling that its tests use through `cfg_if!`, and
-# on Windows windows-sys, which its windows_waitable test uses).
+# cfg-if, a normal dependency of polling that its tests use through `cfg_if!`; the
+# windows-sys that its windows_waitable test uses is the facade's own Windows
+# dev-dependency).
 facade_pkg() {
     rm -rf "$1"
     mkdir -p "$1/tests"
@@ -176,8 +177,6 @@ facade_pkg() {
         awk '/^\[/ { keep = ($0 ~ /dev-dependencies/) } keep' "$2/Cargo.toml"
         awk '/^\[/ { keep = ($0 == "[dependencies.cfg-if]") } keep' "$2/Cargo.toml" |
             sed 's/^\[dependencies\.cfg-if\]/[dev-dependencies.cfg-if]/'
-        awk '/^\[/ { keep = ($0 == "[target.\"cfg(windows)\".dependencies.windows-sys]") } keep' \
-            "$2/Cargo.toml" | sed 's/\.dependencies\.windows-sys\]/.dev-dependencies.windows-sys]/'
     } >"$1/Cargo.toml"
 }
 
