@@ -1,5 +1,5 @@
-//! Target-specific extensions: [`kqueue`] filters on the BSDs and Apple targets
-//! (and on Linux against libkqueue, `--cfg pollshot_libkqueue`), [`iocp`] posted
+//! Target-specific extensions: `kqueue` filters on the BSDs and Apple targets
+//! (and on Linux against libkqueue, `--cfg pollshot_libkqueue`), `iocp` posted
 //! packets and waitable handles on Windows.
 
 #[cfg(polling_kqueue)]

@@ -63,6 +63,18 @@ const RESERVED_KEY: usize = usize::MAX;
 /// - After `fork(2)`, the child cannot use a poller made by the parent (pollshot
 ///   refuses every call there); a child that needs one makes its own.
 ///
+/// On Windows (AFD poll and a completion port; the crate docs have the table):
+///
+/// - `add` checks that the handle is a socket (`ErrorKind::InvalidInput` if not),
+///   and arms nothing for [`Event::none`].
+/// - `Level` is re-armed by the next `wait` (of any thread), not at the delivery:
+///   an `IOCTL_AFD_POLL` reports the readiness of the moment it is issued, so a
+///   poll issued at the delivery would later report data read since.
+/// - The priority flag ([`Event::set_priority`]) changes nothing in what is
+///   watched (pollshot asks AFD for no urgent data), as on kqueue.
+/// - The poller is not `AsRawHandle`/`AsHandle` (polling's is, for its
+///   completion port): pollshot does not hand out its port.
+///
 /// `Send + Sync`: share it by reference or `Arc`.
 pub struct Poller {
     /// Shared with the kqueue filters' thread (which holds it weakly, to notify).
