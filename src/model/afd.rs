@@ -105,6 +105,9 @@ pub struct AfdPoll {
     pub state: PollState,
     /// The backend marked it cancelled (its completion is dropped).
     pub cancelled: bool,
+    /// A cancel reached it while it was pending: it completed with
+    /// STATUS_CANCELLED.
+    pub status_cancelled: bool,
 }
 
 /// A way to break the modelled Windows backend, for showing that the checks
@@ -231,6 +234,7 @@ impl Model {
             origin,
             state: PollState::Pending,
             cancelled: false,
+            status_cancelled: false,
         });
         let i = self.afd.polls.len() - 1;
         let bits = afd_bits(self.levels(desc)) & mask;
@@ -253,6 +257,7 @@ impl Model {
         }
         self.calls.afd_cancels += 1;
         if p.state == PollState::Pending {
+            p.status_cancelled = true;
             self.afd_complete(i, None);
         }
     }
@@ -353,7 +358,7 @@ impl Model {
     pub(super) fn afd_force_report(&mut self, slot: u32) -> Option<ModelEvent> {
         let &(_, i) = self.afd.records.get(&slot)?;
         let p = self.afd.polls[i];
-        if p.cancelled {
+        if p.cancelled || p.status_cancelled {
             return None;
         }
         let events = match p.state {
@@ -379,15 +384,14 @@ impl Model {
 
     /// What the port holds for `slot`: present while the backend has a record;
     /// armed for the interest of the oldest poll carrying the slot that may
-    /// still fire (neither cancelled nor dequeued), whose tag it shows; with none,
-    /// not armed, and the tag of the record's last poll.
+    /// still fire (neither cancelled, by the backend's mark or the kernel's
+    /// STATUS_CANCELLED, nor dequeued), whose tag it shows; with none, not
+    /// armed, and the tag of the record's last poll.
     pub(super) fn afd_view(&self, slot: u32) -> KernelView {
         let record = self.afd.records.get(&slot);
-        let live = self
-            .afd
-            .polls
-            .iter()
-            .find(|p| p.slot == slot && !p.cancelled && p.state != PollState::Dequeued);
+        let live = self.afd.polls.iter().find(|p| {
+            p.slot == slot && !p.cancelled && !p.status_cancelled && p.state != PollState::Dequeued
+        });
         match (live, record) {
             (Some(p), _) => KernelView {
                 present: record.is_some(),
