@@ -314,20 +314,17 @@ fn afd_faults_are_found_on_short_sequences() {
     ];
     let msg = afd_fault(AfdFault::NoCancel, &disarm).expect("no-cancel passed");
     assert!(msg.starts_with("(a)"), "{msg}");
-    let rearm = [
-        Op::Open { pollable: true },
-        Op::Register { fd: 0 },
-        Op::Arm {
-            reg: 0,
-            interest: r,
-        },
-        Op::Disarm { reg: 0 },
-        Op::Arm {
-            reg: 0,
-            interest: r,
-        },
-        Op::Deliver { thread: 0 },
-    ];
+    let rearm: Vec<Op> = disarm
+        .iter()
+        .copied()
+        .chain([
+            Op::Arm {
+                reg: 0,
+                interest: r,
+            },
+            Op::Deliver { thread: 0 },
+        ])
+        .collect();
     let msg = afd_fault(AfdFault::StaleThrough, &rearm).expect("stale-through passed");
     assert!(msg.starts_with("(b)"), "{msg}");
     for seq in [&disarm[..], &rearm[..]] {

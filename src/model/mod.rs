@@ -421,13 +421,14 @@ pub struct Model {
 pub struct KernelView {
     /// Whether the kernel holds anything under the registration's key (epoll: an
     /// entry for (description, number); kqueue: a knote on the number; poll: the
-    /// slot in the set).
+    /// slot in the set; AFD: the backend's record for the slot).
     pub present: bool,
     /// The readiness it is armed for (epoll: the `EPOLLIN`/`EPOLLOUT` bits;
-    /// kqueue: the enabled filters; poll: the armed interest), if any.
+    /// kqueue: the enabled filters; poll: the armed interest; AFD: the interest
+    /// of the oldest poll for the slot that may still fire), if any.
     pub armed: Option<Interest>,
-    /// The tag stored (epoll `data`, kqueue `udata` of the first knote, poll:
-    /// slot and generation packed like epoll's `data`).
+    /// The tag stored (epoll `data`, kqueue `udata` of the first knote, poll and
+    /// AFD: slot and generation packed like epoll's `data`).
     pub tag: Option<u64>,
 }
 
@@ -668,9 +669,11 @@ impl Model {
         }
     }
 
-    /// One wait: what the kernel reports now, at most `max` events, ordered by key.
-    /// Reported oneshot entries are disarmed (epoll), dispatched knotes disabled
-    /// (kqueue), reported set entries disarmed (poll). Consumes a pending notify.
+    /// One wait: what the kernel reports now, at most `max` events, ordered by key
+    /// (AFD: the port's packets in the order they were queued, a cancelled poll's
+    /// for [`NO_SLOT`]). Reported oneshot entries are disarmed (epoll),
+    /// dispatched knotes disabled (kqueue), reported set entries disarmed (poll).
+    /// Consumes a pending notify.
     pub fn wait(&mut self, max: usize) -> Vec<ModelEvent> {
         self.calls.waits += 1;
         self.notified = false;
@@ -689,7 +692,8 @@ impl Model {
 
     /// The kernel reports the registration on `fd` in `slot` now, if it is armed,
     /// whatever the levels say (readiness that came and went before anyone looked):
-    /// epoll fires the entry, kqueue its first enabled knote, poll its set entry.
+    /// epoll fires the entry, kqueue its first enabled knote, poll its set entry,
+    /// AFD completes the slot's current poll (or dequeues its queued packet).
     /// The event reports the armed direction.
     pub fn force_report(&mut self, fd: Fd, slot: u32) -> Option<ModelEvent> {
         match self.semantics.family() {
@@ -750,6 +754,14 @@ impl Model {
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
+///
+/// AFD (`backends/windows/mod.rs`): add(i) is one `IOCTL_AFD_POLL` for i on the
+/// number (the base handle), recorded for the slot (EBADF if the number is
+/// closed); modify(i) a poll on the recorded base handle, then a cancel of the
+/// previous poll if it may still fire (ENOENT with no record); quiet a cancel of
+/// the current poll; delete forgets the record and cancels it (ENOENT with no
+/// record). A poll of a handle that is not a socket is refused with EINVAL,
+/// passed on as an error (`KernelError::Other`), not as "not pollable".
 ///
 /// Every command and its answer is logged ([`Model::take_commands`]).
 #[derive(Debug)]
