@@ -32,9 +32,10 @@
 //!
 //! Reports, per P and T: median round trips per second, CPU time per round trip
 //! (getrusage), ratios to the hand-written loop, to `polling` and to `mio`, the
-//! reads and writes per round trip (counted here), and pollshot's own system calls
-//! per round trip from its counters (`Poller::stats`, feature `stats`, which the
-//! crate's dev-dependency on itself turns on for benches).
+//! reads and writes per round trip (counted here), and, with `--features stats`,
+//! pollshot's own system calls per round trip from its counters (`Poller::stats`;
+//! off by default, so that the CPU figures are those of the crate as users build
+//! it).
 // Unix only (descriptors, rusage); elsewhere an empty program, so that
 // `cargo clippy --all-targets` checks on Windows.
 #![cfg_attr(not(unix), no_main)]
