@@ -54,7 +54,10 @@ use std::fmt;
 /// `CONNECT_FAIL`, `LOCAL_CLOSE`; write-closed is `ABORT`, `CONNECT_FAIL`,
 /// `LOCAL_CLOSE`; error is `ABORT` (a reset) and `CONNECT_FAIL` (a refused
 /// connect). Unlike epoll, a socket closed while armed *is* reported, once:
-/// `LOCAL_CLOSE`, both directions closed.
+/// `LOCAL_CLOSE`, both directions closed. A waitable handle's registration
+/// (`Poller::register_waitable`) reports readable alone, once its object is
+/// signaled; a posted packet (`Poller::post`) is an event of no registration
+/// ([`is_posted`](Self::is_posted)).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,

@@ -162,7 +162,6 @@ impl<B: Backend> Poller<B> {
     ///   such as `GetCurrentProcess()`'s: duplicate it first).
     /// - `ErrorKind::PermissionDenied`: the handle lacks `SYNCHRONIZE` access
     ///   (`ERROR_ACCESS_DENIED`).
-    /// - `ErrorKind::Other`: used in a forked child (never on Windows).
     ///
     /// [`arm`](Self::arm) of a waitable registration with any interest but
     /// `Interest::READABLE` fails with `ErrorKind::InvalidInput`, changing

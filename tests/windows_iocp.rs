@@ -425,6 +425,48 @@ fn a_signal_racing_deregister_is_never_delivered_after_it() {
 }
 
 #[test]
+fn four_signaled_waitables_reach_four_waiters_once_each() {
+    let p = Arc::new(Poller::new().unwrap());
+    let evs: Vec<OwnedHandle> = (0..4).map(|_| event(false)).collect();
+    let tokens: Vec<Token> = evs
+        .iter()
+        .enumerate()
+        .map(|(i, ev)| p.register_waitable(ev, i).unwrap())
+        .collect();
+    for trial in 0..TRIALS {
+        for &t in &tokens {
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+        let before = p.stats();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let p = Arc::clone(&p);
+                thread::spawn(move || {
+                    let mut events = Events::with_capacity(1);
+                    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 1);
+                    let ev = *events.iter().next().unwrap();
+                    assert!(ev.is_readable() && !ev.is_posted());
+                    (ev.token(), ev.key())
+                })
+            })
+            .collect();
+        until_waiters(&p, 4);
+        for ev in &evs {
+            set(ev);
+        }
+        let mut got: Vec<(Token, usize)> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+        got.sort_unstable_by_key(|&(_, k)| k);
+        let want: Vec<(Token, usize)> = tokens.iter().copied().zip(0..4).collect();
+        assert_eq!(got, want, "trial {trial}");
+        assert_eq!(p.stats().since(&before).stale, 0, "trial {trial}");
+    }
+    notify_and_see_nothing(&p);
+    for t in tokens {
+        p.deregister(t).unwrap();
+    }
+}
+
+#[test]
 fn a_child_process_exit_wakes_its_registration() {
     let p = Poller::new().unwrap();
     let mut child = std::process::Command::new("cmd")
