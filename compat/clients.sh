@@ -8,9 +8,9 @@
 # Then checks async-io with the facade for the kqueue targets, and, when libkqueue
 # is installed, runs the facade's kqueue filter tests against it.
 # With --windows, runs instead the Windows suites under wine
-# (compat/clients-windows.sh): async-io's and polling's own (its windows_* tests
-# included) on the facade for x86_64-pc-windows-gnu, and stock polling's for
-# comparison.
+# (compat/clients-windows.sh): polling's own (its windows_* tests included),
+# async-io's, async-process's and the facade's own on the facade for
+# x86_64-pc-windows-gnu, and stock polling's for comparison.
 #
 # Usage: compat/clients.sh [--no-cross] [--keep] [--windows]
 #   POLLSHOT_CLIENTS_DIR=DIR  scratch directory (default: a new one under $TMPDIR,
@@ -31,7 +31,7 @@ for arg in "$@"; do
         --no-cross) cross=0 ;;
         --keep) keep=1 ;;
         --windows) windows=1 ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "clients.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
