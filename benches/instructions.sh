@@ -5,9 +5,10 @@
 # (Callgrind), prints user-space instructions per round trip for every loop (the
 # difference between its long and short runs, divided by the round trips between
 # them, so setup and teardown cancel), pollshot's margin over the hand-written
-# loop of the same kernel interface, and the operations' counts; then fails
-# (exit 1) if a margin exceeds its figure in benches/instructions.bounds by more
-# than 10%.
+# loop of the same kernel interface (polling's and mio's over the hand epoll
+# loop), and the operations' counts; then fails (exit 1) if a margin exceeds its
+# figure in benches/instructions.bounds by more than 10% (pollshot's margins have
+# bounds; polling's and mio's, other crates' code, are printed only).
 #
 # Usage: benches/instructions.sh [--record]   (--record: rewrite the bounds'
 # figures with this run's margins). Needs valgrind and gungraun-runner (the
@@ -38,7 +39,7 @@ per_rt() {
 printf '\nuser-space instructions per 64-byte round trip (one thread; Callgrind, %d - %d round trips)\n\n' "$long" "$short"
 printf '| loop | P=1 | margin | P=8 | margin |\n|---|--:|--:|--:|--:|\n'
 declare -A margin
-for loop in hand_epoll pollshot_epoll pollshot_poll hand_uring pollshot_uring; do
+for loop in hand_epoll pollshot_epoll pollshot_poll polling_oneshot mio_edge hand_uring pollshot_uring; do
     case $loop in
         *_uring) hand=hand_uring ;;
         *) hand=hand_epoll ;;
@@ -59,7 +60,7 @@ for loop in hand_epoll pollshot_epoll pollshot_poll hand_uring pollshot_uring; d
     echo "$line |"
 done
 printf '\nPoller<Epoll>, one operation (instructions, setup excluded)\n\n| operation | instructions |\n|---|--:|\n'
-awk '$1 !~ /^(hand|pollshot)_/ { printf "| %s %s | %s |\n", $1, $2, $3 }' <<<"$rows"
+awk '$2 !~ /^p[0-9]+_(short|long)$/ { printf "| %s %s | %s |\n", $1, $2, $3 }' <<<"$rows"
 
 if [ "${1:-}" = --record ]; then
     tmp=$(mktemp)

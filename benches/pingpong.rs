@@ -29,12 +29,19 @@
 //! - `--reps N` (default 5), `--millis MS` per run (default 300), or `--rounds R`:
 //!   a fixed total of round trips per run instead of a duration
 //! - `POLLSHOT_BENCH_QUICK=1`: 3 repetitions of 100 ms
+//! - `--cpu-targets`: only `pollshot-epoll`, `epoll-hand`, `pollshot-epoll-sharded`
+//!   and `mio`, at P in {1,8,64} x T in {1,2} unless `--pairs`/`--threads` say
+//!   otherwise, and only the CPU table (below)
 //!
 //! Reports, per P and T: median round trips per second, CPU time per round trip
 //! (getrusage), ratios to the hand-written loop, to `polling` and to `mio`, the
-//! reads and writes per round trip (counted here), and pollshot's own system calls
-//! per round trip from its counters (`Poller::stats`, feature `stats`, which the
-//! crate's dev-dependency on itself turns on for benches).
+//! reads and writes per round trip (counted here), and, with `--features stats`,
+//! pollshot's own system calls per round trip from its counters (`Poller::stats`;
+//! off by default, so that the CPU figures are those of the crate as users build
+//! it). Then, from the same interleaved runs, a table per (P, T) of CPU per round
+//! trip: `pollshot-epoll` over `epoll-hand` (target at most 1.02x) and, at T >= 2,
+//! `pollshot-epoll-sharded` against `mio` (target: no more CPU than mio), each
+//! marked ok or MISS, with each median's spread.
 // Unix only (descriptors, rusage); elsewhere an empty program, so that
 // `cargo clippy --all-targets` checks on Windows.
 #![cfg_attr(not(unix), no_main)]
@@ -871,6 +878,8 @@ fn impls() -> Vec<(&'static str, Runner, bool)> {
 struct Summary {
     rate: f64,
     cpu_us: f64,
+    /// (max - min) / median of the runs' CPU per round trip.
+    cpu_spread: f64,
     reads: f64,
     writes: f64,
     /// Deliveries per round trip.
@@ -907,6 +916,12 @@ fn summarize(samples: &[Sample]) -> Summary {
     Summary {
         rate: median(&rates),
         cpu_us: median(&cpus),
+        cpu_spread: {
+            let (lo, hi) = cpus.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &c| {
+                (lo.min(c), hi.max(c))
+            });
+            (hi - lo) / median(&cpus)
+        },
         reads,
         writes,
         events,
@@ -1064,11 +1079,92 @@ fn print_targets(all: &Results<'_>) {
     }
 }
 
+/// The implementations [`print_cpu_targets`] compares (`--cpu-targets` runs only
+/// these).
+const CPU_TARGET_IMPLS: [&str; 4] = [
+    "pollshot-epoll",
+    "epoll-hand",
+    "pollshot-epoll-sharded",
+    "mio",
+];
+
+/// Per cell of one interleaved run: CPU per round trip of `pollshot-epoll` over
+/// `epoll-hand` (target at most 1.02x), and at T >= 2 `pollshot-epoll-sharded`
+/// against `mio` (target: no more CPU per round trip than mio, so mio's over
+/// sharded at least 1.00x; the rate ratio beside it). Spreads are (max - min) /
+/// median of the runs' CPU per round trip.
+fn print_cpu_targets(all: &Results<'_>, reps: usize) {
+    let get =
+        |rows: &[(&str, Summary)], n: &str| rows.iter().find(|(m, _)| *m == n).map(|(_, s)| *s);
+    let (mut ok, mut cells) = (0, 0);
+    println!();
+    println!("CPU per round trip (median us of {reps} interleaved runs; spread in parentheses):");
+    println!();
+    println!(
+        "| P, T | pollshot-epoll | epoll-hand | pollshot / hand (<= 1.02x) | pollshot-epoll-sharded | mio | mio / sharded (>= 1.00x) | rate sharded / mio |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
+    for ((p, t), rows) in all {
+        let cell = |v: Option<Summary>| {
+            v.map_or("-".to_string(), |s| {
+                format!("{:.2} ({:.0}%)", s.cpu_us, s.cpu_spread * 100.0)
+            })
+        };
+        let (ps, hand, mio) = (
+            get(rows, "pollshot-epoll"),
+            get(rows, "epoll-hand"),
+            get(rows, "mio"),
+        );
+        let sh = if *t >= 2 {
+            get(rows, "pollshot-epoll-sharded")
+        } else {
+            None
+        };
+        let mut verdict = |v: Option<f64>, pass: fn(f64) -> bool| match v {
+            Some(x) => {
+                cells += 1;
+                if pass(x) {
+                    ok += 1;
+                    format!("{x:.3}x ok")
+                } else {
+                    format!("{x:.3}x MISS")
+                }
+            }
+            None => "-".to_string(),
+        };
+        let vs_hand = verdict(ps.zip(hand).map(|(a, b)| a.cpu_us / b.cpu_us), |x| {
+            x <= 1.02
+        });
+        let vs_mio = verdict(sh.zip(mio).map(|(a, b)| b.cpu_us / a.cpu_us), |x| x >= 1.0);
+        println!(
+            "| {p}, {t} | {} | {} | {vs_hand} | {} | {} | {vs_mio} | {} |",
+            cell(ps),
+            cell(hand),
+            cell(sh),
+            cell(mio),
+            ratio(sh.map(|s| s.rate), mio.map(|s| s.rate)),
+        );
+    }
+    println!();
+    println!("{ok} of {cells} CPU targets met");
+}
+
 fn main() {
     let args = Args::parse();
     args.only(&[
-        "pairs", "threads", "impl", "reps", "millis", "rounds", "list",
+        "pairs",
+        "threads",
+        "impl",
+        "reps",
+        "millis",
+        "rounds",
+        "list",
+        "cpu-targets",
     ]);
+    let cpu_targets = args.flag("cpu-targets");
+    if cpu_targets && args.get("impl").is_some() {
+        die("--cpu-targets runs its own implementations: drop --impl");
+    }
     let all = impls();
     if args.flag("list") {
         for (n, _, _) in &all {
@@ -1078,7 +1174,7 @@ fn main() {
     }
     let quick = common::quick();
     let pairs = args.list("pairs", &[1, 8, 64]);
-    let threads = args.list("threads", &[1, 2, 4]);
+    let threads = args.list("threads", if cpu_targets { &[1, 2] } else { &[1, 2, 4] });
     let reps: usize = args.num("reps", if quick { 3 } else { 5 });
     let millis: u64 = args.num("millis", if quick { 100 } else { 300 });
     let rounds: Option<u64> = args.get("rounds").map(|_| args.num("rounds", 0u64));
@@ -1097,6 +1193,11 @@ fn main() {
                         die(&format!("--impl {name:?}: not one of {}", known.join(", ")))
                     })
             })
+            .collect(),
+        None if cpu_targets => all
+            .iter()
+            .filter(|(n, _, _)| CPU_TARGET_IMPLS.contains(n))
+            .cloned()
             .collect(),
         None => all.clone(),
     };
@@ -1154,6 +1255,9 @@ fn main() {
         }
     }
     if args.get("impl").is_none() {
-        print_targets(&results);
+        if !cpu_targets {
+            print_targets(&results);
+        }
+        print_cpu_targets(&results, reps);
     }
 }

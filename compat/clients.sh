@@ -7,8 +7,12 @@
 # (polling's own tests run against the facade as the package named `polling`).
 # Then checks async-io with the facade for the kqueue targets, and, when libkqueue
 # is installed, runs the facade's kqueue filter tests against it.
+# With --windows, runs instead the Windows suites under wine
+# (compat/clients-windows.sh): polling's own (its windows_* tests included),
+# async-io's, async-process's and the facade's own on the facade for
+# x86_64-pc-windows-gnu, and stock polling's for comparison.
 #
-# Usage: compat/clients.sh [--no-cross] [--keep]
+# Usage: compat/clients.sh [--no-cross] [--keep] [--windows]
 #   POLLSHOT_CLIENTS_DIR=DIR  scratch directory (default: a new one under $TMPDIR,
 #                             removed at the end unless --keep); reusing one keeps
 #                             its build cache.
@@ -21,11 +25,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 facade="$repo/compat/polling"
 cross=1
 keep=0
+windows=0
 for arg in "$@"; do
     case "$arg" in
         --no-cross) cross=0 ;;
         --keep) keep=1 ;;
-        -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+        --windows) windows=1 ;;
+        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "clients.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -127,7 +133,8 @@ run_suite() {
     local log="$scratch/$label.log"
     step "$label: cargo test $*"
     local rc=0
-    (cd "$dir" && cargo test --no-fail-fast "$@") >"$log" 2>&1 || rc=$?
+    # ("${runner[@]}": .ci/wine.sh in the Windows mode, nothing otherwise)
+    (cd "$dir" && ${runner[@]+"${runner[@]}"} cargo test --no-fail-fast "$@") >"$log" 2>&1 || rc=$?
     # "Running tests/x.rs (...)" / "Doc-tests name" followed by "test result: ..."
     local parsed
     parsed=$(awk '
@@ -151,6 +158,42 @@ run_suite() {
         failures+=("$label")
     fi
 }
+
+# facade_pkg DIR PUBLISHED: a package at DIR that builds polling's tests (copied
+# by the caller into DIR/tests) against the facade as the package `polling`: the
+# facade's manifest with absolute paths, plus polling's dev-dependencies (and
+# cfg-if, a normal dependency of polling that its tests use through `cfg_if!`; the
+# windows-sys that its windows_waitable test uses is the facade's own Windows
+# dev-dependency).
+facade_pkg() {
+    rm -rf "$1"
+    mkdir -p "$1/tests"
+    {
+        # (without its [[test]] sections: their files are the facade's, not here)
+        awk '/^\[/ { skip = ($0 == "[[test]]") } !skip' "$facade/Cargo.toml" |
+            sed -e "s|path = \"\\.\\./\\.\\.\"|path = \"$repo\"|" \
+                -e "s|^\\[package\\]|[package]\\nbuild = \"$facade/build.rs\"|"
+        printf '\n[lib]\npath = "%s/src/lib.rs"\n' "$facade"
+        awk '/^\[/ { keep = ($0 ~ /dev-dependencies/) } keep' "$2/Cargo.toml"
+        awk '/^\[/ { keep = ($0 == "[dependencies.cfg-if]") } keep' "$2/Cargo.toml" |
+            sed 's/^\[dependencies\.cfg-if\]/[dev-dependencies.cfg-if]/'
+    } >"$1/Cargo.toml"
+}
+
+runner=()
+if [ "$windows" = 1 ]; then
+    # shellcheck source=compat/clients-windows.sh
+    source "$repo/compat/clients-windows.sh"
+    windows_mode
+    step "summary"
+    printf '%s\n' "${summary[@]}"
+    if [ "${#failures[@]}" != 0 ]; then
+        echo "FAILED: ${failures[*]}"
+        exit 1
+    fi
+    echo "all Windows client suites passed"
+    exit 0
+fi
 
 # --- async-io and async-process: their packages with the [patch] line -----------
 # client_suite NAME: copies, patches and tests the published package (its
@@ -176,20 +219,7 @@ pl_ver=$(version_of polling)
 pl_pub="$scratch/polling-$pl_ver-published"
 copy_pkg polling "$pl_pub"
 pl="$scratch/polling-$pl_ver-on-facade"
-rm -rf "$pl"
-mkdir -p "$pl/tests"
-# The facade's manifest with absolute paths, plus polling's dev-dependencies (and
-# cfg-if, a normal dependency of polling that its tests use through `cfg_if!`).
-{
-    # (without its [[test]] sections: their files are the facade's, not here)
-    awk '/^\[/ { skip = ($0 == "[[test]]") } !skip' "$facade/Cargo.toml" |
-        sed -e "s|path = \"\\.\\./\\.\\.\"|path = \"$repo\"|" \
-            -e "s|^\\[package\\]|[package]\\nbuild = \"$facade/build.rs\"|"
-    printf '\n[lib]\npath = "%s/src/lib.rs"\n' "$facade"
-    awk '/^\[/ { keep = ($0 ~ /dev-dependencies/) } keep' "$pl_pub/Cargo.toml"
-    awk '/^\[/ { keep = ($0 == "[dependencies.cfg-if]") } keep' "$pl_pub/Cargo.toml" |
-        sed 's/^\[dependencies\.cfg-if\]/[dev-dependencies.cfg-if]/'
-} >"$pl/Cargo.toml"
+facade_pkg "$pl" "$pl_pub"
 skipped_windows=()
 for t in "$pl_pub"/tests/*.rs; do
     base=$(basename "$t")

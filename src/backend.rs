@@ -11,7 +11,7 @@
 //! breaking release.
 
 use crate::interest::Interest;
-use crate::raw::RawFd;
+use crate::raw::{Kind, RawFd};
 // `crate::backend::RawEvent` stays a path to it (`src/readiness.rs` owns it).
 pub(crate) use crate::readiness::RawEvent;
 use crate::readiness::Readiness;
@@ -108,6 +108,25 @@ pub trait Driver: Send + Sync + Sized + 'static {
     fn delete_superseded(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.delete(fd, tag)
     }
+
+    /// The poller made (`Some(kind)`) or removed (`None`) the registration in
+    /// table slot `slot`, under that slot's lock: before any command for the new
+    /// registration, after the last one for the old. The default does nothing;
+    /// the Windows backend keeps which slots hold waitable handles.
+    #[inline(always)]
+    fn registered(&self, slot: u32, kind: Option<Kind>) {
+        let _ = (slot, kind);
+    }
+
+    /// Windows: queues one packet the user posts (`Poller::post`) on the
+    /// completion port, to be reported by one [`wait`](Self::wait) as a
+    /// [`RawEvent`] with [`Readiness::POSTED`] (its slot and stamp the key's low
+    /// and high halves, readable and writable as `interest` says).
+    ///
+    /// # Errors
+    /// The kernel's error from the post (not expected).
+    #[cfg(windows)]
+    fn post(&self, key: usize, interest: Interest) -> io::Result<()>;
 
     /// Called after the poller accepted a delivery for `fd` that completes an arming
     /// for `interest` and reported `readiness`. A backend whose kernel disarmed only

@@ -54,7 +54,10 @@ use std::fmt;
 /// `CONNECT_FAIL`, `LOCAL_CLOSE`; write-closed is `ABORT`, `CONNECT_FAIL`,
 /// `LOCAL_CLOSE`; error is `ABORT` (a reset) and `CONNECT_FAIL` (a refused
 /// connect). Unlike epoll, a socket closed while armed *is* reported, once:
-/// `LOCAL_CLOSE`, both directions closed.
+/// `LOCAL_CLOSE`, both directions closed. A waitable handle's registration
+/// (`Poller::register_waitable`) reports readable alone, once its object is
+/// signaled; a posted packet (`Poller::post`) is an event of no registration
+/// ([`is_posted`](Self::is_posted)).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub(crate) token: Token,
@@ -144,6 +147,21 @@ impl Event {
     pub fn is_error(&self) -> bool {
         self.readiness.contains(Readiness::ERROR)
     }
+
+    /// Whether this event is a packet the program posted itself (Windows:
+    /// `Poller::post`, one `PostQueuedCompletionStatus` on the poller's completion
+    /// port), not a registration's readiness. Such an event carries the posted key
+    /// ([`key`](Self::key)) and readable/writable as the posted interest said
+    /// (nothing else is ever set); its [`token`](Self::token) names no
+    /// registration (`Token::from_u64(u64::MAX)`), so [`Poller::arm`](crate::Poller::arm),
+    /// `disarm` and `deregister` refuse it with `ErrorKind::NotFound`. Each post
+    /// is delivered once, to one `deliver`, and never dropped as stale.
+    ///
+    /// Always false on Unix, and for every event of a registration.
+    #[inline]
+    pub fn is_posted(&self) -> bool {
+        self.readiness.contains(Readiness::POSTED)
+    }
 }
 
 impl fmt::Debug for Event {
@@ -160,6 +178,7 @@ impl fmt::Debug for Event {
             ("write_closed", self.is_write_closed()),
             ("priority", self.is_priority()),
             ("error", self.is_error()),
+            ("posted", self.is_posted()),
         ] {
             if on {
                 d.field(name, &true);

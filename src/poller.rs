@@ -367,6 +367,12 @@ impl<B: Backend> Poller<B> {
     }
 
     fn insert(&self, fd: RawFd, key: usize) -> io::Result<Token> {
+        self.insert_as(fd, key, crate::raw::Kind::Io)
+    }
+
+    /// `insert` of a registration of `kind` (Windows: a socket or a waitable
+    /// handle; always `Io` on Unix).
+    fn insert_as(&self, fd: RawFd, key: usize, kind: crate::raw::Kind) -> io::Result<Token> {
         self.check_fork("register")?;
         if self.backend.owns_fd(fd) {
             return Err(error::own_fd(fd));
@@ -395,6 +401,7 @@ impl<B: Backend> Poller<B> {
         let incarnation = INCARNATIONS.fetch_add(1, Ordering::Relaxed);
         let token = Token::new(index as u32, incarnation);
         let start = slot.next_generation();
+        self.backend.registered(index as u32, Some(kind));
         *slot = Some(Entry {
             fd,
             token,
@@ -412,14 +419,16 @@ impl<B: Backend> Poller<B> {
         let Some(entry) = slot.as_mut() else {
             return Ok(());
         };
+        let index = entry.token.slot();
         let result = entry.state.deregister(&mut FdKernel {
             backend: &self.backend,
             fd: entry.fd,
-            slot: entry.token.slot(),
+            slot: index,
             incarnation: entry.token.incarnation(),
             superseded,
         });
         slot.vacate();
+        self.backend.registered(index, None);
         result.map(drop).map_err(error::kernel)
     }
 
@@ -726,6 +735,16 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     fn accept_into(&self, raw: &[RawEvent], events: &mut Vec<Event>) {
         for ev in raw {
+            // A packet the user posted (Windows): no registration's, never stale.
+            #[cfg(windows)]
+            if ev.readiness.contains(Readiness::POSTED) {
+                events.push(Event {
+                    token: Token::POSTED,
+                    key: crate::token::pack64(ev.slot, ev.stamp) as usize,
+                    readiness: ev.readiness,
+                });
+                continue;
+            }
             // Current: the stamp names the arming in force (the generation), or
             // the registration (the incarnation, where the table's phase
             // decides). Only a current event may be merged into a delivery.

@@ -15,6 +15,20 @@ pub(crate) use std::os::fd::RawFd;
 #[cfg(windows)]
 pub(crate) type RawFd = std::os::windows::io::RawSocket;
 
+/// What a registration names, as the poller tells its backend
+/// (`Driver::registered`): a descriptor polled for readiness (every Unix
+/// descriptor, a socket on Windows), or on Windows a waitable object's handle (an
+/// event, a process, a thread...), watched for being signaled. Handle values
+/// share one namespace, so a slot holds one kind at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A descriptor (Unix) or socket (Windows), polled for readiness.
+    Io,
+    /// A waitable object's handle (Windows), watched for being signaled.
+    #[cfg(windows)]
+    Waitable,
+}
+
 /// The error code of a closed descriptor: EBADF on Unix; on Windows Winsock's
 /// WSAENOTSOCK (10038), what a closed socket handle answers.
 #[cfg(unix)]

@@ -28,6 +28,9 @@ impl Readiness {
     pub const ERROR: Readiness = Readiness(16);
     /// See the [`Event`](crate::Event) method of the same name.
     pub const PRIORITY: Readiness = Readiness(32);
+    /// A packet the user posted (Windows `Poller::post`), not a registration's
+    /// event: see [`RawEvent`] for what its slot and stamp then hold.
+    pub const POSTED: Readiness = Readiness(64);
     /// No bit set.
     pub const EMPTY: Readiness = Readiness(0);
 
@@ -174,6 +177,10 @@ const KEEP: [u8; 8] = {
 };
 
 /// One kernel event, before the poller checks it against the table.
+///
+/// A posted packet (Windows: readiness with [`Readiness::POSTED`]) names no
+/// registration: its slot is the low 32 bits of the user's key and its stamp the
+/// high 32 bits, and the poller delivers it without a table check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawEvent {
     /// The slot the kernel tag names.

@@ -97,6 +97,11 @@ impl Token {
     pub(crate) const fn slot(self) -> u32 {
         self.0 as u32
     }
+
+    /// The token of a posted packet's event (Windows `Poller::post`): slot
+    /// `u32::MAX`, past every table's range, so it names no registration.
+    #[cfg_attr(not(windows), allow(dead_code))]
+    pub(crate) const POSTED: Token = Token(u64::MAX);
 }
 
 impl fmt::Debug for Token {

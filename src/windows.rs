@@ -1,10 +1,13 @@
-//! The Windows part of [`Poller`]'s API: registering sockets.
+//! The Windows part of [`Poller`]'s API: registering sockets and waitable
+//! handles, and posting completion packets.
 
 use super::Poller;
 use crate::backend::Backend;
+use crate::interest::Interest;
+use crate::raw::{Kind, RawFd};
 use crate::token::Token;
 use std::io;
-use std::os::windows::io::{AsRawSocket, AsSocket, RawSocket};
+use std::os::windows::io::{AsHandle, AsRawHandle, AsRawSocket, AsSocket, RawHandle, RawSocket};
 
 impl<B: Backend> Poller<B> {
     /// Adds `socket` to the table, not yet armed (Windows). One system call, the
@@ -77,5 +80,133 @@ impl<B: Backend> Poller<B> {
             return Err(e);
         }
         self.insert(socket, key)
+    }
+
+    /// Queues one completion packet on the poller's completion port (Windows:
+    /// `PostQueuedCompletionStatus`): exactly one [`deliver`](Self::deliver)
+    /// returns it, as one [`Event`](crate::Event) with
+    /// [`is_posted`](crate::Event::is_posted) true, [`key`](crate::Event::key)
+    /// `key`, and [`is_readable`](crate::Event::is_readable) and
+    /// [`is_writable`](crate::Event::is_writable) as `interest` says (nothing
+    /// else set). It belongs to no registration: its token names none (`arm`,
+    /// `disarm` and `deregister` refuse it with `ErrorKind::NotFound`), and it is
+    /// never dropped as stale. Posts never merge: `k` posts are `k` events, each
+    /// to one waiter, in the port's order; a post made while no thread waits is
+    /// kept for the next `deliver`. They are not notifies: a post never sets
+    /// [`Events::is_notified`](crate::Events::is_notified), and a
+    /// [`notify`](Self::notify) never becomes an event.
+    ///
+    /// What `polling::os::iocp::CompletionPacket` with `PollerIocpExt::post`
+    /// do. Not counted in [`Stats`](crate::Stats).
+    ///
+    /// # Errors
+    /// - `ErrorKind::InvalidInput`: `interest` has
+    ///   [`Interest::PRIORITY`] (a posted packet carries readable and writable
+    ///   only); nothing is posted.
+    /// - the kernel's error from PostQueuedCompletionStatus (not expected:
+    ///   ERROR_NO_SYSTEM_RESOURCES when nonpaged memory runs out).
+    pub fn post(&self, key: usize, interest: Interest) -> io::Result<()> {
+        self.check_fork("post")?;
+        if interest.is_priority() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "pollshot post: a posted packet carries readable and writable only, not \
+                 Interest::PRIORITY",
+            ));
+        }
+        self.backend.post(key, interest)
+    }
+
+    /// Adds a waitable object's handle to the table, not yet armed (Windows):
+    /// an event, a process (a child's exit), a thread, a semaphore, a mutex, a
+    /// waitable timer. What `polling`'s `PollerIocpExt::add_waitable` does, for
+    /// async-io's `Waitable` and async-process's child handles.
+    ///
+    /// The registration is oneshot like a socket's: [`arm`](Self::arm) with
+    /// [`Interest::READABLE`] starts one wait on the object, and when it is
+    /// signaled exactly one readable event is delivered (with `key`); nothing
+    /// more comes until it is armed again, when a manual-reset event still set,
+    /// or a process that has exited, is reported again at once.
+    /// [`disarm`](Self::disarm) cancels the wait; [`deregister`](Self::deregister)
+    /// cancels it and has taken effect when it returns: no event of it is
+    /// delivered after that, and the handle can be closed at once. An event of
+    /// an older arming is dropped as stale, by its generation, as a socket's.
+    ///
+    /// The wait is the thread pool's (`RegisterWaitForSingleObject` with
+    /// `WT_EXECUTEONLYONCE`, its callback posting to the completion port;
+    /// `backends/windows/wait.rs` says why), so what satisfies it, and what it
+    /// consumes, is `WaitForSingleObject`'s: an auto-reset event is reset and a
+    /// semaphore decremented by the wait, and a mutex is then owned by the
+    /// pool's thread (do not register mutexes you mean to release).
+    ///
+    /// Cost: `register_waitable` makes one check that the handle can be waited
+    /// on (`WaitForMultipleObjects` for it and an event never set, with a zero
+    /// timeout: it consumes nothing), not counted in [`Stats`](crate::Stats);
+    /// an arm is one RegisterWaitForSingleObject, and a re-arm, disarm or
+    /// deregister of a registration whose wait was started is one
+    /// UnregisterWaitEx more, each a `ctl_call`. The token's
+    /// [`index`](Token::index) is the handle value divided by 4, as a
+    /// socket's: handles and sockets share the value space, so a waitable
+    /// handle and a socket never share a slot.
+    ///
+    /// `handle` is borrowed for this call only: it should stay open until
+    /// `deregister`. A registration of a handle value that is registered
+    /// already supersedes the old one.
+    ///
+    /// # Errors
+    /// - `ErrorKind::InvalidInput`: `handle` cannot be waited on: it is closed,
+    ///   not a handle, or of an object that has no signaled state (a file
+    ///   mapping, a registry key: `WaitForMultipleObjects` answers
+    ///   `ERROR_INVALID_HANDLE`), or it is the poller's own completion port or
+    ///   AFD handle, or its value is past the table's range (a pseudo-handle
+    ///   such as `GetCurrentProcess()`'s: duplicate it first).
+    /// - `ErrorKind::PermissionDenied`: the handle lacks `SYNCHRONIZE` access
+    ///   (`ERROR_ACCESS_DENIED`).
+    ///
+    /// [`arm`](Self::arm) of a waitable registration with any interest but
+    /// `Interest::READABLE` fails with `ErrorKind::InvalidInput`, changing
+    /// nothing.
+    pub fn register_waitable<H: AsHandle + ?Sized>(
+        &self,
+        handle: &H,
+        key: usize,
+    ) -> io::Result<Token> {
+        // SAFETY: a borrowed handle is open for the length of this call.
+        unsafe { self.register_waitable_raw(handle.as_handle().as_raw_handle(), key) }
+    }
+
+    /// [`register_waitable`](Self::register_waitable) for a raw handle.
+    ///
+    /// # Errors
+    /// As `register_waitable`.
+    ///
+    /// # Safety
+    /// `handle` must be an open handle when this is called, and stay open while
+    /// the registration is armed: the thread pool waits on it
+    /// (`RegisterWaitForSingleObject`: closing a handle it waits on is
+    /// undefined). The poller never closes it, nor reads or writes the object.
+    pub unsafe fn register_waitable_raw(&self, handle: RawHandle, key: usize) -> io::Result<Token> {
+        self.check_fork("register_waitable")?;
+        let value = handle as usize as RawFd;
+        if self.backend.owns_fd(value) {
+            return Err(crate::error::own_fd(value));
+        }
+        if let Err(e) = crate::afd_backend::check_waitable(handle) {
+            let code = e.raw_os_error();
+            let kind = if code == Some(5) {
+                io::ErrorKind::PermissionDenied
+            } else {
+                io::ErrorKind::InvalidInput
+            };
+            return Err(io::Error::new(
+                kind,
+                format!(
+                    "pollshot register_waitable: handle {value:#x} cannot be waited on \
+                     (WaitForMultipleObjects: {e}): closed, not a handle, an object with no \
+                     signaled state, or without SYNCHRONIZE access"
+                ),
+            ));
+        }
+        self.insert_as(value, key, Kind::Waitable)
     }
 }

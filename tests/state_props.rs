@@ -6,18 +6,20 @@
 //! interest, disarm, deregister, kernel waits and acceptances by three simulated
 //! threads, kernel events with a current or a stale tag, waits that fetch only
 //! stale events, readiness changes, close, number reuse, dup, notify, fork), run
-//! on epoll, every kqueue kernel family and poll semantics. After every
-//! operation the simulator asserts (its panics name the property):
+//! on epoll, every kqueue kernel family, poll, event ports and AFD semantics.
+//! After every operation the simulator asserts (its panics name the property):
 //! (a) the kernel's state equals the table's; (b) a delivered event belongs to the
 //! registration's current arming; (c) at most one delivery per arming; (d)
 //! readiness that holds while a registration is armed is never lost; (e) no kernel
-//! command where none is needed. At the end all the semantics must have
-//! delivered the same armings at the same operations (parity).
+//! command where none is needed; (f) AFD: no poll pending that no record names.
+//! At the end all the semantics must have delivered the same armings at the same
+//! operations (parity).
 
 #[path = "../fuzz/src/sim.rs"]
 #[allow(dead_code)]
 mod sim;
 
+use pollshot::model::AfdFault;
 use pollshot::Interest;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use sim::{run_parity, EpochPolicy, Op};
@@ -211,12 +213,22 @@ fn fork_child_readds_armed_leaves_idle_fresh() {
     run_parity(&all, 0, EpochPolicy::PerSlot);
 }
 
+/// Runs `run`: the message it panicked with, if it did.
+fn panic_message<T>(run: impl FnOnce() -> T) -> Option<String> {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).err()?;
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()));
+    Some(msg.unwrap_or_default())
+}
+
 /// Runs `ops` on NetBSD 8/9's kqueue with the re-arm record before `EV_ADD |
 /// EV_ENABLE | EV_DISPATCH` (a bare `EV_ENABLE`): the panic message of the
 /// invariant it breaks, if any.
 fn old_rearm_on_netbsd8(ops: &[Op]) -> Option<String> {
     use pollshot::model::{RearmRecord, Semantics};
-    let run = || {
+    panic_message(|| {
         sim::run_one(
             Semantics::KqueueNetBsd8,
             RearmRecord::Enable,
@@ -224,13 +236,13 @@ fn old_rearm_on_netbsd8(ops: &[Op]) -> Option<String> {
             0,
             EpochPolicy::PerSlot,
         )
-    };
-    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).err()?;
-    let msg = err
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()));
-    Some(msg.unwrap_or_default())
+    })
+}
+
+/// Runs `ops` on AFD semantics with the Windows backend broken by `fault`: the
+/// panic message of the invariant it breaks, if any.
+fn afd_fault(fault: AfdFault, ops: &[Op]) -> Option<String> {
+    panic_message(|| sim::run_afd_fault(fault, ops, 0, EpochPolicy::PerSlot))
 }
 
 /// The model sees the lost re-report: a registration re-armed with its data
@@ -280,4 +292,65 @@ fn random_sequences_find_the_old_records_lost_rereport_on_netbsd8() {
         }
     }
     panic!("100000 random sequences never found the old record's lost re-report");
+}
+
+/// The modelled Windows backend broken on purpose, on the shortest sequences
+/// that show it: a disarm that cancels nothing leaves the poll armed in the
+/// kernel (a); a cancelled poll's completion that is neither marked nor carries
+/// its own generation completes the re-arm with the disarmed arming's event (b).
+/// The backend as it is passes both (and `run_parity` runs them on every
+/// semantics).
+#[test]
+fn afd_faults_are_found_on_short_sequences() {
+    let r = Interest::READABLE;
+    let disarm = [
+        Op::Open { pollable: true },
+        Op::Register { fd: 0 },
+        Op::Arm {
+            reg: 0,
+            interest: r,
+        },
+        Op::Disarm { reg: 0 },
+    ];
+    let msg = afd_fault(AfdFault::NoCancel, &disarm).expect("no-cancel passed");
+    assert!(msg.starts_with("(a)"), "{msg}");
+    let rearm: Vec<Op> = disarm
+        .iter()
+        .copied()
+        .chain([
+            Op::Arm {
+                reg: 0,
+                interest: r,
+            },
+            Op::Deliver { thread: 0 },
+        ])
+        .collect();
+    let msg = afd_fault(AfdFault::StaleThrough, &rearm).expect("stale-through passed");
+    assert!(msg.starts_with("(b)"), "{msg}");
+    for seq in [&disarm[..], &rearm[..]] {
+        assert_eq!(afd_fault(AfdFault::None, seq), None);
+        run_parity(seq, 0, EpochPolicy::PerSlot);
+    }
+}
+
+/// Random sequences (the generator above) find each AFD fault: the first
+/// failing case breaks an invariant. How many cases and how long it took is
+/// printed (`--nocapture`); only the finding decides.
+#[test]
+fn random_sequences_find_each_afd_fault() {
+    for fault in [AfdFault::NoCancel, AfdFault::StaleThrough] {
+        let started = std::time::Instant::now();
+        let mut g = Gen::new(150);
+        let found = (1..=100_000u32).find_map(|case| {
+            let v: Vec<QOp> = Arbitrary::arbitrary(&mut g);
+            afd_fault(fault, &ops(&v)).map(|msg| (case, msg))
+        });
+        let (case, msg) = found.unwrap_or_else(|| panic!("100000 sequences never found {fault:?}"));
+        eprintln!(
+            "AFD {fault:?}: found after {case} cases, {:?}: {}",
+            started.elapsed(),
+            msg.lines().next().unwrap_or_default()
+        );
+        assert!(msg.starts_with('('), "case {case}: {msg}");
+    }
 }

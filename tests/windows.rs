@@ -352,6 +352,84 @@ fn reset_is_error_and_both_closed() {
     assert!(ev.is_error() && ev.is_write_closed(), "{ev:?}");
 }
 
+/// A non-blocking TCP socket whose connect to a closed loopback port is under
+/// way (connect answered WSAEWOULDBLOCK), and that port.
+fn connecting_to_a_closed_port() -> TcpStream {
+    use std::os::windows::io::FromRawSocket;
+    use windows_sys::Win32::Networking::WinSock::{
+        connect, ioctlsocket, socket, WSAGetLastError, AF_INET, FIONBIO, INVALID_SOCKET, IN_ADDR,
+        IN_ADDR_0, IPPROTO_TCP, SOCKADDR, SOCKADDR_IN, SOCK_STREAM, WSAEWOULDBLOCK,
+    };
+    // A port nobody listens on: bound, then closed (std starts Winsock too).
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // SAFETY: plain arguments; the socket returned is ours.
+    let s = unsafe { socket(AF_INET as i32, SOCK_STREAM, IPPROTO_TCP) };
+    assert_ne!(s, INVALID_SOCKET);
+    // SAFETY: `s` is a new socket nothing else owns.
+    let stream = unsafe { TcpStream::from_raw_socket(s as RawSocket) };
+    let mut on = 1u32;
+    // SAFETY: `s` is open; the argument is the local `on`.
+    assert_eq!(unsafe { ioctlsocket(s, FIONBIO, &mut on) }, 0);
+    let addr = SOCKADDR_IN {
+        sin_family: AF_INET,
+        sin_port: port.to_be(),
+        sin_addr: IN_ADDR {
+            S_un: IN_ADDR_0 {
+                S_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `s` is open; the address is the local `addr`, its size given.
+    let r = unsafe {
+        connect(
+            s,
+            &addr as *const SOCKADDR_IN as *const SOCKADDR,
+            std::mem::size_of::<SOCKADDR_IN>() as i32,
+        )
+    };
+    assert_ne!(r, 0, "a connect to a closed port did not succeed at once");
+    // SAFETY: reads this thread's last Winsock error.
+    assert_eq!(unsafe { WSAGetLastError() }, WSAEWOULDBLOCK);
+    stream
+}
+
+#[test]
+fn refused_connect_is_writable_write_closed_and_error() {
+    // AFD reports CONNECT_FAIL: error, both directions closed; an arming for
+    // writable keeps writable, write-closed and error.
+    let p = Poller::new().unwrap();
+    let s = connecting_to_a_closed_port();
+    let t = p.register(&s).unwrap();
+    let (_, st) = delta(&p, || p.arm(t, Interest::WRITABLE).unwrap());
+    assert_eq!(
+        st,
+        Stats {
+            adds: 1,
+            ctl_calls: 2, // SIO_BASE_HANDLE + IOCTL_AFD_POLL
+            ..Stats::default()
+        }
+    );
+    let ev = one_event(&p, t);
+    assert!(
+        ev.is_writable() && ev.is_write_closed() && ev.is_error(),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.is_readable() && !ev.is_read_closed(),
+        "not asked: {ev:?}"
+    );
+    assert_eq!(
+        s.take_error().unwrap().map(|e| e.raw_os_error()),
+        Some(Some(10061)),
+        "WSAECONNREFUSED"
+    );
+    p.deregister(t).unwrap();
+}
+
 #[test]
 fn listener_is_readable_for_a_connection() {
     let p = Poller::new().unwrap();

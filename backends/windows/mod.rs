@@ -4,30 +4,34 @@
 //! The documentation is on [`Afd`], where rustdoc shows it. The rooms: `afd.rs`
 //! (the AFD handle, `IOCTL_AFD_POLL`, the poll operation), `bits.rs` (the event
 //! bits and their translation, pure, compiled everywhere for the kernel model),
-//! `port.rs` (the completion port, its wait and the waker), this file (the
-//! `Driver` contract on them, and the registrations' records).
+//! `port.rs` (the completion port, its wait, the waker and the user's posts),
+//! `wait.rs` (waitable handles: a thread-pool wait per arming), this file (the
+//! `Driver` contract on them, and the sockets' records).
 
 mod afd;
 mod port;
+mod wait;
 
 use crate::backend::{Backend, Driver, RawEvent, Tag};
 use crate::event::Readiness;
 use crate::interest::Interest;
-use crate::raw::RawFd;
+use crate::raw::{Kind, RawFd};
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use afd::{AfdHandle, Op, Outcome};
-use port::{Port, AFD_KEY, WAKE_KEY};
+use port::{Port, AFD_KEY, POST_KEY, WAIT_KEY, WAKE_KEY};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use windows_sys::Win32::Foundation::{CloseHandle, NTSTATUS, STATUS_INVALID_HANDLE};
+use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, NTSTATUS, STATUS_INVALID_HANDLE};
 use windows_sys::Win32::Networking::WinSock::WSAENOTSOCK;
 use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
 
 pub(crate) use afd::{base_socket, check_socket};
+pub(crate) use wait::check_waitable;
+use wait::Waits;
 
 /// Completions dequeued per wait: a stack buffer, so a wait never allocates.
 const BATCH: usize = 256;
@@ -69,8 +73,17 @@ const NO_SLOT: u32 = u32::MAX;
 ///   cancelled is dropped as stale; one with an older generation than the
 ///   table's is dropped by the poller, as on epoll. Several threads may wait at
 ///   once; each completion reaches one of them.
-/// - the waker: PostQueuedCompletionStatus with a key of its own; each post is
-///   one packet for one wait.
+/// - the waker: PostQueuedCompletionStatus with a key of its own; each post
+///   is one packet for one wait.
+/// - the user's posts (`Poller::post`): PostQueuedCompletionStatus with another
+///   key, the user's key as the packet's `lpOverlapped` and the interest's bits
+///   as its byte count; delivered as an event of no registration
+///   ([`Event::is_posted`](crate::Event::is_posted)).
+/// - waitable handles (`Poller::register_waitable`): an arm is one
+///   RegisterWaitForSingleObject (`WT_EXECUTEONLYONCE`) whose callback posts
+///   the slot and generation to the port; disarm, re-arm and deregister
+///   unregister it with UnregisterWaitEx, which waits for a running callback
+///   (`backends/windows/wait.rs` says why this and not wait completion packets).
 ///
 /// AFD events per interest and how they map to an [`Event`](crate::Event):
 /// readable polls RECEIVE, ACCEPT and DISCONNECT; writable polls SEND; both
@@ -81,8 +94,10 @@ const NO_SLOT: u32 = u32::MAX;
 ///
 /// Counted in [`Stats`](crate::Stats): `adds`, `modifies`, `quiets`, `deletes`
 /// per command; `ctl_calls` per system call they made (each `IOCTL_AFD_POLL`,
-/// each NtCancelIoFileEx, each `SIO_BASE_HANDLE` lookup); `waits` per
-/// GetQueuedCompletionStatusEx; `wakes` per post.
+/// each NtCancelIoFileEx, each `SIO_BASE_HANDLE` lookup, each
+/// RegisterWaitForSingleObject and UnregisterWaitEx); `waits` per
+/// GetQueuedCompletionStatusEx; `wakes` per waker post. The user's posts are
+/// not counted (no field of `Stats` counts them).
 ///
 /// Memory: per registration a record (base handle and the current poll, in a
 /// hash map, about 28 bytes) and one poll operation of 80 bytes (its `Arc`
@@ -92,6 +107,8 @@ pub struct Afd {
     afd: AfdHandle,
     port: Port,
     records: [Mutex<HashMap<u32, Record>>; SHARDS],
+    /// The waitable handles' registrations.
+    waits: Waits,
     /// Polls issued whose completion is not dequeued yet (`Drop` waits for them).
     in_flight: AtomicUsize,
     counters: Counters,
@@ -130,7 +147,36 @@ fn refused(status: NTSTATUS) -> KernelError {
     }
 }
 
+/// A posted packet's byte count: the interest's directions.
+const POSTED_READABLE: u32 = 1;
+const POSTED_WRITABLE: u32 = 2;
+
+/// The readiness of a posted packet with byte count `bits`.
+fn posted_readiness(bits: u32) -> Readiness {
+    let mut r = Readiness::POSTED;
+    if bits & POSTED_READABLE != 0 {
+        r.insert(Readiness::READABLE);
+    }
+    if bits & POSTED_WRITABLE != 0 {
+        r.insert(Readiness::WRITABLE);
+    }
+    r
+}
+
 impl Afd {
+    /// Arms a waitable handle's registration (`wait.rs`); `fd` is its handle
+    /// value.
+    fn arm_waitable(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+        self.waits.arm(
+            self.port.0,
+            fd as usize as HANDLE,
+            tag.slot,
+            tag.generation,
+            interest,
+            &self.counters,
+        )
+    }
+
     fn records(&self, slot: u32) -> MutexGuard<'_, HashMap<u32, Record>> {
         lock(&self.records[slot as usize % SHARDS])
     }
@@ -172,6 +218,7 @@ impl Driver for Afd {
             afd,
             port,
             records: Default::default(),
+            waits: Waits::new(),
             in_flight: AtomicUsize::new(0),
             counters: Counters::default(),
         })
@@ -179,6 +226,9 @@ impl Driver for Afd {
 
     fn add(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
         self.counters.one(Count::Add);
+        if self.waits.holds(tag.slot) {
+            return self.arm_waitable(fd, tag, interest);
+        }
         self.counters.one(Count::CtlCall);
         let base = base_socket(fd).map_err(|e| match e.raw_os_error() {
             Some(WSAENOTSOCK) => KernelError::BadFd,
@@ -195,8 +245,11 @@ impl Driver for Afd {
         }
     }
 
-    fn modify(&self, _fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
+    fn modify(&self, fd: RawFd, tag: Tag, interest: Interest) -> Result<(), KernelError> {
         self.counters.one(Count::Modify);
+        if self.waits.holds(tag.slot) {
+            return self.arm_waitable(fd, tag, interest);
+        }
         let base = match self.records(tag.slot).get(&tag.slot) {
             Some(r) => r.base,
             None => return Err(KernelError::NotFound),
@@ -213,6 +266,9 @@ impl Driver for Afd {
 
     fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
+        if self.waits.holds(tag.slot) {
+            return self.waits.cancel(tag.slot, &self.counters);
+        }
         let op = self.records(tag.slot).get(&tag.slot).map(|r| r.op.clone());
         match op {
             Some(op) => self.cancel(&op),
@@ -222,6 +278,9 @@ impl Driver for Afd {
 
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
+        if self.waits.holds(tag.slot) {
+            return self.waits.cancel(tag.slot, &self.counters);
+        }
         let record = self.records(tag.slot).remove(&tag.slot);
         match record {
             Some(r) => self.cancel(&r.op),
@@ -243,6 +302,19 @@ impl Driver for Afd {
         for entry in &buf[..n] {
             match entry.lpCompletionKey {
                 WAKE_KEY => woken = true,
+                POST_KEY => {
+                    let key = entry.lpOverlapped as usize as u64;
+                    out.push(RawEvent {
+                        slot: key as u32,
+                        stamp: (key >> 32) as u32,
+                        readiness: posted_readiness(entry.dwNumberOfBytesTransferred),
+                    });
+                }
+                WAIT_KEY => out.push(RawEvent {
+                    slot: entry.lpOverlapped as usize as u32,
+                    stamp: entry.dwNumberOfBytesTransferred,
+                    readiness: Readiness::READABLE,
+                }),
                 AFD_KEY => {
                     // SAFETY: every packet with AFD_KEY is the completion of a poll
                     // issued by `AfdHandle::poll`, whose APC context (this
@@ -276,6 +348,24 @@ impl Driver for Afd {
         self.port.post()
     }
 
+    fn registered(&self, slot: u32, kind: Option<Kind>) {
+        // Only a wait left by an earlier registration could fail to cancel
+        // here (not expected: its deregister cancelled it); its context is then
+        // kept, and nothing is reported.
+        let _ = self.waits.set(slot, kind == Some(Kind::Waitable));
+    }
+
+    fn post(&self, key: usize, interest: Interest) -> io::Result<()> {
+        let mut bits = 0;
+        if interest.is_readable() {
+            bits |= POSTED_READABLE;
+        }
+        if interest.is_writable() {
+            bits |= POSTED_WRITABLE;
+        }
+        port::post_packet(self.port.0, POST_KEY, bits, key)
+    }
+
     fn reinit_after_fork(&mut self) -> io::Result<()> {
         // Windows has no fork: the poller never calls this.
         Ok(())
@@ -292,6 +382,8 @@ impl Driver for Afd {
 
 impl Drop for Afd {
     fn drop(&mut self) {
+        // No wait's callback may post to the port once it is closed.
+        self.waits.drain();
         // Every poll still in flight is cancelled, and its completion dequeued so
         // that its memory is freed after the driver is done with it. A wait that
         // finds nothing for a second means the driver has none left to queue.

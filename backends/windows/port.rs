@@ -24,6 +24,13 @@ use windows_sys::Win32::System::IO::{
 pub(crate) const AFD_KEY: usize = 1;
 /// The completion key of the waker's posts.
 pub(crate) const WAKE_KEY: usize = 2;
+/// The completion key of the user's posts (`Poller::post`): the packet's
+/// `lpOverlapped` is the user's key, its byte count the interest's bits.
+pub(crate) const POST_KEY: usize = 3;
+/// The completion key of a waitable handle's packet (`wait.rs`): the packet's
+/// `lpOverlapped` is the registration's slot, its byte count the arming's
+/// generation.
+pub(crate) const WAIT_KEY: usize = 4;
 
 /// A completion port (owned: closed on drop).
 pub(crate) struct Port(pub(crate) HANDLE);
@@ -98,13 +105,22 @@ impl Port {
 
     /// The waker: posts one packet with [`WAKE_KEY`].
     pub(crate) fn post(&self) -> io::Result<()> {
-        // SAFETY: a null OVERLAPPED is allowed: the packet carries only the key.
-        let ok = unsafe { PostQueuedCompletionStatus(self.0, 0, WAKE_KEY, ptr::null()) };
-        if ok == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        post_packet(self.0, WAKE_KEY, 0, 0)
     }
+}
+
+/// Posts one packet on port `port` (PostQueuedCompletionStatus) with completion
+/// key `key`, byte count `bytes` and `word` as its `lpOverlapped`: a value that is
+/// never dereferenced (no I/O request is behind it), only handed back by the
+/// wait that dequeues the packet.
+pub(crate) fn post_packet(port: HANDLE, key: usize, bytes: u32, word: usize) -> io::Result<()> {
+    // SAFETY: the port handle is open (the caller's); the OVERLAPPED pointer is
+    // a plain word the kernel only copies into the packet and never reads.
+    let ok = unsafe { PostQueuedCompletionStatus(port, bytes, key, word as *const _) };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for Port {

@@ -23,6 +23,9 @@ const BATCH: usize = 64;
 
 /// A readiness loop on one thread.
 trait Loop {
+    /// Edge-triggered: a woken endpoint is read until `WouldBlock` (one more read
+    /// per wake-up, after its answer), and `arm` does nothing.
+    const EDGE: bool = false;
     fn new() -> Self;
     /// Registers endpoint `ep` and arms it for reading.
     fn add(&mut self, ep: usize, fd: BorrowedFd<'_>);
@@ -58,7 +61,9 @@ fn endpoints(pairs: usize) -> Vec<UnixStream> {
 }
 
 /// A run's state, made before the measured function: the loop with every
-/// endpoint registered and armed.
+/// endpoint registered and armed. The fields drop in order: the loop (and its
+/// kernel object) before the sockets, so that no descriptor is closed while it is
+/// registered (polling's contract).
 struct Setup<L> {
     lp: L,
     eps: Vec<UnixStream>,
@@ -109,6 +114,12 @@ fn pingpong<L: Loop>(mut s: Setup<L>) -> u64 {
                 }
                 let n = (&*sock).write(&payload(p, seq[p])).expect("write");
                 assert_eq!(n, MSG, "short write");
+            }
+            if L::EDGE {
+                // The peer cannot have answered yet (one thread): this read says
+                // `WouldBlock`, and the next edge wakes the endpoint again.
+                let e = (&*sock).read(&mut buf).expect_err("the drain read found data");
+                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "drain read");
             }
             s.lp.arm(i, sock.as_fd());
         }
@@ -196,6 +207,81 @@ impl Loop for HandEpoll {
     }
 }
 
+/// `polling` 3.x in oneshot mode, re-armed with `modify`.
+struct Polling {
+    poller: polling::Poller,
+    events: polling::Events,
+}
+
+impl Loop for Polling {
+    fn new() -> Self {
+        Polling {
+            poller: polling::Poller::new().expect("polling::Poller::new"),
+            events: polling::Events::with_capacity(std::num::NonZeroUsize::new(BATCH).unwrap()),
+        }
+    }
+    fn add(&mut self, ep: usize, fd: BorrowedFd<'_>) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: polling requires the source to stay open while it is in the
+        // poller: `Setup` drops the poller before the sockets.
+        unsafe {
+            self.poller.add_with_mode(
+                fd.as_raw_fd(),
+                polling::Event::readable(ep),
+                polling::PollMode::Oneshot,
+            )
+        }
+        .expect("polling add");
+    }
+    #[inline]
+    fn arm(&mut self, ep: usize, fd: BorrowedFd<'_>) {
+        self.poller
+            .modify_with_mode(fd, polling::Event::readable(ep), polling::PollMode::Oneshot)
+            .expect("polling modify");
+    }
+    #[inline]
+    fn wait(&mut self, ready: &mut Vec<usize>) {
+        self.events.clear();
+        self.poller.wait(&mut self.events, None).expect("polling wait");
+        ready.extend(self.events.iter().map(|e| e.key));
+    }
+}
+
+/// `mio` 1.x: edge-triggered, each endpoint registered once for reading and
+/// drained to `WouldBlock` on every wake-up (`EDGE`).
+struct Mio {
+    poll: mio::Poll,
+    events: mio::Events,
+}
+
+impl Loop for Mio {
+    const EDGE: bool = true;
+    fn new() -> Self {
+        Mio {
+            poll: mio::Poll::new().expect("mio::Poll::new"),
+            events: mio::Events::with_capacity(BATCH),
+        }
+    }
+    fn add(&mut self, ep: usize, fd: BorrowedFd<'_>) {
+        use std::os::fd::AsRawFd;
+        self.poll
+            .registry()
+            .register(
+                &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+                mio::Token(ep),
+                mio::Interest::READABLE,
+            )
+            .expect("mio register");
+    }
+    #[inline]
+    fn arm(&mut self, _ep: usize, _fd: BorrowedFd<'_>) {}
+    #[inline]
+    fn wait(&mut self, ready: &mut Vec<usize>) {
+        self.poll.poll(&mut self.events, None).expect("mio poll");
+        ready.extend(self.events.iter().map(|e| e.token().0));
+    }
+}
+
 /// The io_uring floor: one oneshot `IORING_OP_POLL_ADD` per wait (`POLLIN |
 /// POLLRDHUP`, as pollshot), queued by `arm` and submitted by the next wait's
 /// enter; completions already posted are reaped without entering.
@@ -265,6 +351,8 @@ round_trips! {
     hand_epoll: HandEpoll;
     pollshot_epoll: Pollshot<Epoll>;
     pollshot_poll: Pollshot<Blocking>;
+    polling_oneshot: Polling;
+    mio_edge: Mio;
     #[cfg(feature = "io-uring")]
     hand_uring: HandUring;
     #[cfg(feature = "io-uring")]
@@ -385,7 +473,7 @@ fn notify_deliver(mut o: One) -> One {
 
 library_benchmark_group!(
     name = round_trips,
-    benchmarks = [hand_epoll, pollshot_epoll, pollshot_poll]
+    benchmarks = [hand_epoll, pollshot_epoll, pollshot_poll, polling_oneshot, mio_edge]
 );
 
 #[cfg(feature = "io-uring")]

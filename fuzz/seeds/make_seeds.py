@@ -123,6 +123,40 @@ SEEDS = {
             ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
             ("Levels", 0, HUP), ("Deliver", 0), ("Deliver", 1), ("Arm", 0, R),
             ("Deliver", 0)]),
+        # AFD: a disarm cancels the pending poll (one cancelled packet, dropped);
+        # the re-arm's poll, issued with data queued, completes at once.
+        "afd_cancel_then_rearm_with_data": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Disarm", 0),
+            ("Levels", 0, RD), ("Arm", 0, R), ("Deliver", 0), ("Deliver", 1)]),
+        # AFD: a re-arm for another interest after the poll completed (queued,
+        # not dequeued): the cancel answers STATUS_NOT_FOUND, the old packet is
+        # dropped by its mark.
+        "afd_rearm_after_completion": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, B), ("Levels", 0, RD | WR),
+            ("Arm", 0, R), ("Deliver", 0), ("Levels", 0, 0), ("Arm", 0, W),
+            ("Disarm", 0), ("Levels", 0, WR), ("Arm", 0, W), ("Deliver", 1)]),
+        # AFD: closing one of two handles completes nothing; closing the last
+        # completes the poll with LOCAL_CLOSE; the number reused, the re-arm
+        # polls the new socket through the recorded base handle.
+        "afd_local_close_with_dup": machine(0, 0, [
+            ("Open", 0), ("Dup", 0), ("Register", 0), ("Arm", 0, R),
+            ("Close", 0), ("Deliver", 0), ("Close", 0), ("Deliver", 1),
+            ("Open", 0), ("Arm", 0, R), ("Levels", 0, RD), ("Deliver", 0)]),
+        # AFD: a completion dequeued after its readiness went away (the packet
+        # stays queued), and one in a thread's hands across a deregistration and
+        # a new registration of the slot.
+        "afd_gone_and_in_flight": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Levels", 0, RD),
+            ("Levels", 0, 0), ("Wait", 0), ("Accept", 0), ("Arm", 0, R),
+            ("Levels", 0, RD), ("Wait", 1), ("Deregister", 0), ("Register", 0),
+            ("Arm", 1, R), ("Accept", 1), ("Deliver", 2)]),
+        # AFD: a socket's number closed (LOCAL_CLOSE delivered) and reused by a
+        # file: the re-arm's poll is refused (not a socket), and so is a
+        # registration of the file.
+        "afd_number_reused_by_a_file": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Close", 0),
+            ("Deliver", 0), ("Open", 1), ("Arm", 0, R), ("Register", 0),
+            ("Arm", 1, R), ("Deliver", 1), ("Deregister", 0), ("Deregister", 1)]),
     },
     "epoll_real": {
         "pingpong": vec(REAL, [

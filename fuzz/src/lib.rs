@@ -6,9 +6,10 @@
 //! (`Unstructured::arbitrary_take_rest`, as `libfuzzer-sys` would):
 //!
 //! - [`state_machine`]: operation sequences from several simulated threads against
-//!   the kernel model (`pollshot::model`) with epoll, each kqueue kernel family
-//!   and poll semantics: the invariants of [`sim`], parity of deliveries, and
-//!   generation wrap-around (registrations start near `u32::MAX`).
+//!   the kernel model (`pollshot::model`) with epoll, each kqueue kernel family,
+//!   poll, event ports and AFD semantics: the invariants of [`sim`], parity of
+//!   deliveries, and generation wrap-around (registrations start near
+//!   `u32::MAX`).
 //! - [`epoll_real`], [`blocking_real`] and [`uring_real`]: the same alphabet on
 //!   real descriptors (socketpairs, pipes, `/dev/null`; writes, reads, close,
 //!   number reuse, dup) through `Poller<Epoll>`, `Poller<Blocking>` and
@@ -119,7 +120,10 @@ pub fn decode<'a, T: Arbitrary<'a> + std::fmt::Debug>(data: &'a [u8]) -> Option<
 /// `POLLSHOT_FUZZ_OLD_REARM=1` in the environment it runs the NetBSD 8/9 kqueue
 /// semantics alone with the re-arm record before `EV_ADD | EV_ENABLE |
 /// EV_DISPATCH` (a bare `EV_ENABLE`), to show that the fuzzer finds the
-/// readiness that record loses (invariant (d)).
+/// readiness that record loses (invariant (d)). With `POLLSHOT_FUZZ_AFD_FAULT`
+/// set to `no-cancel` or `stale-through` it runs AFD semantics alone with the
+/// Windows backend broken that way ([`AfdFault`](pollshot::model::AfdFault)),
+/// to show that the fuzzer finds it.
 pub fn state_machine(data: &[u8]) {
     let Some(input) = decode::<MachineInput>(data) else {
         return;
@@ -130,6 +134,10 @@ pub fn state_machine(data: &[u8]) {
     } else {
         0
     };
+    if let Some(fault) = afd_fault() {
+        sim::run_afd_fault(fault, &ops, start, sim::EpochPolicy::PerSlot);
+        return;
+    }
     if old_rearm() {
         use pollshot::model::{RearmRecord, Semantics};
         let (sem, record) = (Semantics::KqueueNetBsd8, RearmRecord::Enable);
@@ -143,6 +151,23 @@ pub fn state_machine(data: &[u8]) {
 fn old_rearm() -> bool {
     static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OLD.get_or_init(|| std::env::var_os("POLLSHOT_FUZZ_OLD_REARM").is_some())
+}
+
+/// The fault `POLLSHOT_FUZZ_AFD_FAULT` names, if it is set (read once). Any
+/// other value panics, naming the ones there are.
+fn afd_fault() -> Option<pollshot::model::AfdFault> {
+    use pollshot::model::AfdFault;
+    static FAULT: std::sync::OnceLock<Option<AfdFault>> = std::sync::OnceLock::new();
+    *FAULT.get_or_init(|| {
+        let v = std::env::var("POLLSHOT_FUZZ_AFD_FAULT").ok()?;
+        match v.as_str() {
+            "no-cancel" => Some(AfdFault::NoCancel),
+            "stale-through" => Some(AfdFault::StaleThrough),
+            other => panic!(
+                "POLLSHOT_FUZZ_AFD_FAULT={other:?}: the faults are no-cancel and stale-through"
+            ),
+        }
+    })
 }
 
 /// Target `epoll_real`: see [`real`].

@@ -21,15 +21,20 @@
 //! - (e) no kernel command where none is needed: arm of a registration armed for
 //!   the same interest and disarm of an idle one issue none; any other arm issues
 //!   one, or two when the kernel's answer forced a fallback; a disarm one; a
-//!   deregistration one exactly when the kernel holds the descriptor.
+//!   deregistration one exactly when the kernel holds the descriptor;
+//! - (f) AFD: no poll is pending unless it is its registration's current one
+//!   (one the backend forgot would complete for a dead or re-armed arming, or
+//!   never, its memory held until then).
 //!
 //! Parity ([`run_parity`]): the same operations run on epoll, every kqueue
 //! kernel family (FreeBSD and the kernels like it, OpenBSD 6.4+, NetBSD 8/9;
 //! `udata` carrying the generation, or fixed at `EV_ADD` as on a 32-bit target;
-//! on 32-bit targets only the latter, see [`runs_here`]), poll and event ports
-//! semantics must deliver the same armings at the same operations, and give the
-//! same results, for every registration that was not left behind by a close
-//! (tainted) or raced on kqueue (see [`Owner::raced`]).
+//! on 32-bit targets only the latter, see [`runs_here`]), poll, event ports and
+//! AFD semantics must deliver the same armings at the same operations, and give
+//! the same results, for every registration that was not left behind by a close
+//! (tainted), raced on kqueue (see [`Owner::raced`]), refused by AFD (not a
+//! socket, [`Owner::refused`]) or delivered by AFD for readiness gone by the
+//! wait ([`Owner::gone`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
@@ -212,6 +217,15 @@ pub struct Owner {
     /// `EV_ADD`, which cannot tell armings apart), or its two filters fired to
     /// two threads. Parity skips it.
     pub raced: bool,
+    /// AFD only: the number named a description the kernel cannot poll (not a
+    /// socket), so `Poller::register` refused it (`InvalidInput`): the
+    /// registration never existed there (not alive from the start, the slot's
+    /// registration untouched). Parity skips it.
+    pub refused: bool,
+    /// AFD only: a wait dequeued a completion of its arming whose events were
+    /// no longer true (a poll's packet stays queued; the other kernels look at
+    /// the levels when they wait, and report nothing then). Parity skips it.
+    pub gone: bool,
     /// The arming in force: interest and number.
     pub spec: Option<(Interest, u64)>,
     armings: u64,
@@ -428,7 +442,9 @@ impl Sim {
     }
 
     /// Registers the open number `fd`, superseding a registration of the same
-    /// number as `Poller::register` does. Returns the new registration.
+    /// number as `Poller::register` does. Returns the new registration. On AFD
+    /// a number whose description the kernel cannot poll is refused (see
+    /// [`Owner::refused`]).
     pub fn register(&mut self, fd: Fd) -> usize {
         self.begin();
         // The slot is the number's own.
@@ -437,6 +453,26 @@ impl Sim {
             self.slots.push(None);
             self.slot_epoch.push(self.start);
             self.slot_stamps.push(Vec::new());
+        }
+        if self.sem().registers_sockets_only() && !self.pollable(fd) {
+            let owner = self.owners.len();
+            self.owners.push(Owner {
+                fd,
+                slot: fd as u32,
+                incarnation: u32::MAX,
+                alive: false,
+                tainted: false,
+                ever_tainted: false,
+                raced: false,
+                refused: true,
+                gone: false,
+                spec: None,
+                armings: 0,
+                delivered: Vec::new(),
+                last_generation: 0,
+                log: Vec::new(),
+            });
+            return owner;
         }
         if let Some(owner) = self.slots[slot].as_ref().map(|e| e.owner) {
             let r = self.free(slot);
@@ -460,6 +496,8 @@ impl Sim {
             tainted: false,
             ever_tainted: false,
             raced: false,
+            refused: false,
+            gone: false,
             spec: None,
             armings: 0,
             delivered: Vec::new(),
@@ -473,6 +511,20 @@ impl Sim {
             state: RegState::new(start),
         });
         owner
+    }
+
+    /// Whether `fd` is open on a description the kernel can poll.
+    fn pollable(&self, fd: Fd) -> bool {
+        self.model
+            .description(fd)
+            .is_some_and(|d| self.model.is_pollable(d))
+    }
+
+    /// Whether an arm of `fd` may fail although the number is open: on AFD,
+    /// a registered socket's number closed and reused by a handle that is not a
+    /// socket (the poll of it is refused, and the backend passes that on).
+    fn arm_may_fail(&self, fd: Fd) -> bool {
+        !self.model.is_open(fd) || (self.sem().registers_sockets_only() && !self.pollable(fd))
     }
 
     fn note_stamp(&mut self, slot: usize, stamp: u32) {
@@ -621,7 +673,7 @@ impl Sim {
                 assert_eq!(before, after, "a failed arm ({e:?}) changed the state");
                 let fd = self.owners[owner].fd;
                 assert!(
-                    !self.model.is_open(fd),
+                    self.arm_may_fail(fd),
                     "arm of registration {owner} on open fd {fd} failed: {e:?} after {cmds:?}"
                 );
                 Err(failure(&e))
@@ -742,6 +794,17 @@ impl Sim {
         let synthetic = std::mem::take(&mut self.synthetic);
         self.threads[thread].extend(synthetic);
         let events = self.model.wait(usize::MAX);
+        if self.sem() == Semantics::Afd {
+            for ev in &events {
+                let Some(o) = self.owners.get(ev.origin.owner as usize) else {
+                    continue;
+                };
+                let current = o.spec.is_some_and(|(_, n)| n == ev.origin.arming);
+                if current && self.ready(ev.origin.owner as usize) == Some(false) {
+                    self.owners[ev.origin.owner as usize].gone = true;
+                }
+            }
+        }
         self.take_into(thread, events);
         earlier
     }
@@ -896,6 +959,10 @@ impl Sim {
                     assert!(!self.model.is_open(fd));
                     self.set_spec(owner, None);
                 }
+                // AFD: the number names a handle that is not a socket now.
+                Err(_) if self.arm_may_fail(fd) && self.model.is_open(fd) => {
+                    self.set_spec(owner, None);
+                }
                 Err(e) => panic!("fork: re-adding registration {owner} failed: {e:?}"),
             }
             self.note_commands(slot, &cmds);
@@ -1040,9 +1107,13 @@ impl Sim {
         out
     }
 
-    /// (a): the kernel's state equals the table's, and the table's the ledger's.
+    /// (a): the kernel's state equals the table's, and the table's the ledger's;
+    /// and (f).
     pub fn check(&self) {
         let sem = self.sem();
+        if let Some(p) = self.model.afd_unowned_pending() {
+            panic!("(f) a poll is pending that no registration's record names: {p:?}");
+        }
         // kqueue with the generation in udata (each knote's own state), or with
         // the incarnation (fixed at EV_ADD).
         let kq_generation = sem.is_kqueue() && self.model.tag_is_generation();
@@ -1258,7 +1329,7 @@ pub fn runs_here(semantics: Semantics) -> bool {
 }
 
 /// Runs `ops` on every semantics that [`runs_here`] (`Semantics::ALL`: epoll,
-/// each kqueue kernel family, poll, event ports), each registration starting at
+/// each kqueue kernel family, poll, event ports, AFD), each registration starting at
 /// generation `start`, checking every invariant, then parity: each registration
 /// neither tainted nor raced in any run has the same history in all of them.
 pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> Vec<Sim> {
@@ -1277,10 +1348,10 @@ pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> Vec<Sim> {
     }
     let n = sims[0].owners.len();
     for o in 0..n {
-        if sims
-            .iter()
-            .any(|s| s.owners[o].ever_tainted || s.owners[o].raced)
-        {
+        if sims.iter().any(|s| {
+            let ow = &s.owners[o];
+            ow.ever_tainted || ow.raced || ow.refused || ow.gone
+        }) {
             continue;
         }
         let first = &sims[0].owners[o].log;
@@ -1294,6 +1365,23 @@ pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> Vec<Sim> {
         }
     }
     sims
+}
+
+/// Runs `ops` on AFD semantics with the Windows backend broken by `fault`,
+/// checking every invariant (no parity).
+pub fn run_afd_fault(
+    fault: pollshot::model::AfdFault,
+    ops: &[Op],
+    start: u32,
+    policy: EpochPolicy,
+) -> Sim {
+    let mut sim = Sim::new(Semantics::Afd, start, policy);
+    sim.model.set_afd_fault(fault);
+    for op in ops {
+        sim.apply(op);
+    }
+    sim.finish();
+    sim
 }
 
 /// Runs `ops` on one semantics with the kqueue backend re-arming with `record`,

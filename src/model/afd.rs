@@ -1,41 +1,60 @@
-//! AFD poll semantics (Windows): a pure model of `IOCTL_AFD_POLL` requests
-//! completing on an I/O completion port, and of the Windows backend's
-//! translation of the state machine's commands into them.
+//! [`Semantics::Afd`](super::Semantics::Afd): `IOCTL_AFD_POLL` requests
+//! completing on an I/O completion port (Windows), with the Windows backend's
+//! translation of the state machine's commands into them (`backends/windows/`).
 //!
 //! The kernel side, as probed under wine 8.0 and read in wine's `server/sock.c`
-//! (`poll_socket`, `sock_poll_event`, `async_terminate`):
+//! and `server/async.c`:
 //!
-//! - a poll request names one socket and an event mask. If one of the events is
-//!   true when it is issued, it completes at once; otherwise it pends, and
-//!   completes once, when one becomes true. Completion queues one packet on the
-//!   port with the events that were true (oneshot: nothing more until a new
-//!   request).
-//! - a cancel of a pending request completes it with STATUS_CANCELLED (one
-//!   packet); a cancel of a completed request answers STATUS_NOT_FOUND and
-//!   queues nothing.
-//! - closing the socket completes its pending requests with LOCAL_CLOSE.
-//! - a post queues a packet of its own; a dequeue takes packets in order, each
-//!   once.
+//! - a poll request names one socket (a handle, resolved to the socket object
+//!   when it is issued: `poll_socket`'s `get_handle_obj` with the socket type)
+//!   and an event mask. A closed handle is refused (STATUS_INVALID_HANDLE), a
+//!   handle that is not a socket too (STATUS_OBJECT_TYPE_MISMATCH). If one of
+//!   the events is true when it is issued, it completes at once
+//!   (`poll_single_socket`, then `complete_async_poll`); otherwise it pends, and
+//!   completes once, when one becomes true (`sock_poll_event` ...
+//!   `complete_async_poll`). Completion queues one packet on the port with the
+//!   events that were true then: the packet stays queued even if they stop
+//!   being true before it is dequeued, and nothing more comes until a new
+//!   request (oneshot).
+//! - a cancel (`NtCancelIoFileEx`) of a pending request completes it with
+//!   STATUS_CANCELLED, one packet (`sock_cancel_async`, `async_terminate`); a
+//!   cancel of a completed request answers STATUS_NOT_FOUND and queues nothing
+//!   (`cancel_async` in `server/async.c`).
+//! - closing the socket's last handle completes its pending requests with
+//!   LOCAL_CLOSE (`sock_close_handle`, when `handle_count == 1`); closing one of
+//!   several handles of it completes nothing.
+//! - a dequeue (`GetQueuedCompletionStatusEx`) takes packets in order, each
+//!   once. (The waker's posts are packets too; the model keeps the shared
+//!   [`Model::notify`] flag for them.)
 //!
-//! The backend side is `backends/windows/mod.rs`: add issues a poll, re-arm
-//! issues a new poll then cancels the previous one if it may still fire, quiet
-//! and delete cancel it, and a completion of a poll the backend cancelled is
-//! reported for no slot (`NO_SLOT`), which the poller drops as stale. The bits
-//! and their readiness are the backend's own (`backends/windows/bits.rs`).
+//! The backend side (`backends/windows/mod.rs`, `afd.rs`): add takes the
+//! socket's base handle (the number itself: no layered provider) and issues a
+//! poll carrying the slot and the arming generation; modify issues a new poll
+//! on the recorded base handle, then cancels the previous one if it may still
+//! fire; quiet cancels the current poll; delete forgets the record and cancels
+//! it; a cancel marks the poll, and issues `NtCancelIoFileEx` only for a poll
+//! neither dequeued nor cancelled before (`Op::mark_cancelled`). A dequeued
+//! completion of a marked poll is reported for no slot ([`NO_SLOT`]), which the
+//! poller drops as stale; any other carries the poll's own slot and
+//! generation. The bits and their readiness are the backend's own
+//! (`backends/windows/bits.rs`).
+//!
+//! Windows has no fork: [`Model::fork_child`] models a new port and AFD handle
+//! (a new poller), as the other kernels' new instance.
+//!
+//! [`AfdFault`] breaks the modelled backend on purpose, to show that the
+//! fuzzer and the properties find what it breaks.
 
-use super::Levels;
+use super::{Command, DescId, Errno, Fd, KernelView, Levels, Model, ModelEvent, Origin};
 use crate::afd_bits::{self, events_for, readiness};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::interest::Interest;
-use crate::state::{Kernel, KernelError};
+use crate::token::pack64;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The slot of the event reported for a completion the backend cancelled.
 pub const NO_SLOT: u32 = u32::MAX;
-
-/// A socket of the model, by number.
-pub type Socket = u32;
 
 /// The AFD bits a socket with `levels` has true: readable is RECEIVE, writable
 /// SEND, read-closed DISCONNECT, a hang-up or an error ABORT.
@@ -61,7 +80,7 @@ pub const fn afd_bits(levels: Levels) -> u32 {
 pub enum PollState {
     /// Issued, nothing true yet.
     Pending,
-    /// Completed (or cancelled): its packet is queued.
+    /// Completed (or cancelled): its packet is queued on the port.
     Queued,
     /// Its packet was dequeued.
     Dequeued,
@@ -69,492 +88,454 @@ pub enum PollState {
 
 /// One poll request and what the backend knows of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Poll {
-    /// The socket it polls.
-    pub socket: Socket,
-    /// The events it polls for.
+pub struct AfdPoll {
+    /// The socket it polls (the description its handle named when issued).
+    pub desc: DescId,
+    /// The interest it was issued for.
+    pub interest: Interest,
+    /// The AFD events it polls for.
     pub mask: u32,
-    /// The registration's slot and the arming generation it carries.
+    /// The registration's slot it carries.
     pub slot: u32,
-    /// See `slot`.
+    /// The arming generation it carries.
     pub generation: u32,
+    /// Who issued it (ground truth).
+    pub origin: Origin,
     /// Where it is.
     pub state: PollState,
     /// The backend marked it cancelled (its completion is dropped).
     pub cancelled: bool,
+    /// A cancel reached it while it was pending: it completed with
+    /// STATUS_CANCELLED.
+    pub status_cancelled: bool,
 }
 
-/// What a queued packet is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Packet {
-    /// Poll `index` completed with these events, or was cancelled (`None`).
-    Completion(usize, Option<u32>),
-    /// A post (the waker).
-    Wake,
+/// A way to break the modelled Windows backend, for showing that the checks
+/// find it (`POLLSHOT_FUZZ_AFD_FAULT` in the fuzz harness).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AfdFault {
+    /// The backend as it is.
+    #[default]
+    None,
+    /// Disarm (quiet) and deregister (delete) leave the pending poll alone: no
+    /// mark, no `NtCancelIoFileEx`. Re-arm still cancels.
+    NoCancel,
+    /// Stale completions get through: the backend neither marks the polls it
+    /// cancels nor carries the arming generation in the completion (the slot
+    /// only; the generation is read from the registration's record when the
+    /// completion is dequeued), so a cancelled or superseded poll's completion
+    /// looks current.
+    StaleThrough,
 }
 
-/// Calls made, as the backend's `Stats` counts them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AfdCalls {
-    /// `IOCTL_AFD_POLL` requests.
-    pub polls: u64,
-    /// `NtCancelIoFileEx` calls.
-    pub cancels: u64,
-    /// `GetQueuedCompletionStatusEx` calls.
-    pub waits: u64,
-    /// `PostQueuedCompletionStatus` calls.
-    pub posts: u64,
-}
+/// What the port holds: the poll whose packet it is, and its events (`None`:
+/// STATUS_CANCELLED).
+type Packet = (usize, Option<u32>);
 
-/// The model: sockets with levels, the poll requests ever issued, the port's
-/// queue, and the backend's record per slot (the last poll issued for it).
-#[derive(Debug, Default)]
-pub struct AfdModel {
-    sockets: BTreeMap<Socket, (Levels, bool)>,
-    polls: Vec<Poll>,
+/// The AFD side of a [`Model`]: every poll ever issued, the port's queue, the
+/// backend's record per slot (the base handle and the last poll issued).
+#[derive(Clone, Debug, Default)]
+pub(super) struct AfdState {
+    polls: Vec<AfdPoll>,
     queue: VecDeque<Packet>,
-    records: BTreeMap<u32, (Socket, usize)>,
-    calls: AfdCalls,
+    records: BTreeMap<u32, (Fd, usize)>,
+    fault: AfdFault,
 }
 
-impl AfdModel {
-    /// An empty model.
-    pub fn new() -> AfdModel {
-        AfdModel::default()
+impl AfdState {
+    /// A new port and AFD handle: nothing issued, nothing queued; the fault
+    /// stays.
+    pub(super) fn clear(&mut self) {
+        let fault = self.fault;
+        *self = AfdState {
+            fault,
+            ..AfdState::default()
+        };
+    }
+}
+
+impl Model {
+    /// Breaks the modelled Windows backend with `fault` (see [`AfdFault`]). Set
+    /// it before any command.
+    pub fn set_afd_fault(&mut self, fault: AfdFault) {
+        self.afd.fault = fault;
     }
 
-    /// Opens socket `s` with `levels` (or reopens it, as a new socket).
-    pub fn open(&mut self, s: Socket, levels: Levels) {
-        self.sockets.insert(s, (levels, true));
+    /// Every poll request issued (to this port), in order.
+    pub fn afd_polls(&self) -> &[AfdPoll] {
+        &self.afd.polls
     }
 
-    /// Sets socket `s`'s levels: its pending polls for a true event complete.
-    pub fn set_levels(&mut self, s: Socket, levels: Levels) {
-        if let Some(entry) = self.sockets.get_mut(&s) {
-            entry.0 = levels;
-        }
-        let bits = afd_bits(levels);
-        for i in 0..self.polls.len() {
-            let p = self.polls[i];
-            if p.socket == s && p.state == PollState::Pending && p.mask & bits != 0 {
-                self.complete(i, Some(p.mask & bits));
+    /// A poll that is pending although no registration's record names it as
+    /// its current poll, if there is one: it would complete for a dead or
+    /// re-armed arming, or never, and the backend would hold its memory until
+    /// then. None ever with the backend as it is.
+    pub fn afd_unowned_pending(&self) -> Option<AfdPoll> {
+        let current = |i: usize| self.afd.records.values().any(|&(_, c)| c == i);
+        self.afd
+            .polls
+            .iter()
+            .enumerate()
+            .find(|&(i, p)| p.state == PollState::Pending && !p.cancelled && !current(i))
+            .map(|(_, p)| *p)
+    }
+
+    fn afd_complete(&mut self, i: usize, events: Option<u32>) {
+        self.afd.polls[i].state = PollState::Queued;
+        self.afd.queue.push_back((i, events));
+    }
+
+    /// Activity on `desc`: its pending polls for an event now true complete.
+    pub(super) fn afd_activity(&mut self, desc: DescId) {
+        let bits = afd_bits(self.levels(desc));
+        for i in 0..self.afd.polls.len() {
+            let p = self.afd.polls[i];
+            if p.desc == desc && p.state == PollState::Pending && p.mask & bits != 0 {
+                self.afd_complete(i, Some(p.mask & bits));
             }
         }
     }
 
-    /// Closes socket `s`: its pending polls complete with LOCAL_CLOSE.
-    pub fn close(&mut self, s: Socket) {
-        if let Some(entry) = self.sockets.get_mut(&s) {
-            entry.1 = false;
-        }
-        for i in 0..self.polls.len() {
-            let p = self.polls[i];
-            if p.socket == s && p.state == PollState::Pending {
-                self.complete(i, Some(afd_bits::LOCAL_CLOSE & p.mask));
+    /// The last handle of `desc` closed: its pending polls complete with
+    /// LOCAL_CLOSE (`sock_close_handle`).
+    pub(super) fn afd_close(&mut self, desc: DescId) {
+        for i in 0..self.afd.polls.len() {
+            let p = self.afd.polls[i];
+            if p.desc == desc && p.state == PollState::Pending {
+                self.afd_complete(i, Some(afd_bits::LOCAL_CLOSE & p.mask));
             }
         }
     }
 
-    fn complete(&mut self, i: usize, events: Option<u32>) {
-        self.polls[i].state = PollState::Queued;
-        self.queue.push_back(Packet::Completion(i, events));
-    }
-
-    /// Issues a poll (one `IOCTL_AFD_POLL`): completes at once if an event is
-    /// true. `BadFd` on a closed or unknown socket (STATUS_INVALID_HANDLE).
-    fn issue(
+    /// One `IOCTL_AFD_POLL` on the handle `base`: refused for a closed number
+    /// (STATUS_INVALID_HANDLE, [`Errno::BadF`]) or one that is not a socket
+    /// (STATUS_OBJECT_TYPE_MISMATCH, modelled as [`Errno::Inval`]: the backend
+    /// passes it on as an error); completes at once if an event is true.
+    fn afd_issue(
         &mut self,
-        s: Socket,
+        base: Fd,
         interest: Interest,
         slot: u32,
         generation: u32,
-    ) -> Result<usize, KernelError> {
-        self.calls.polls += 1;
-        let Some(&(levels, true)) = self.sockets.get(&s) else {
-            return Err(KernelError::BadFd);
-        };
+        origin: Origin,
+    ) -> Result<usize, Errno> {
+        self.calls.afd_polls += 1;
+        let desc = *self.fds.get(&base).ok_or(Errno::BadF)?;
+        if !self.is_pollable(desc) {
+            return Err(Errno::Inval);
+        }
         let mask = events_for(interest);
-        self.polls.push(Poll {
-            socket: s,
+        self.afd.polls.push(AfdPoll {
+            desc,
+            interest,
             mask,
             slot,
             generation,
+            origin,
             state: PollState::Pending,
             cancelled: false,
+            status_cancelled: false,
         });
-        let i = self.polls.len() - 1;
-        let bits = afd_bits(levels) & mask;
+        let i = self.afd.polls.len() - 1;
+        let bits = afd_bits(self.levels(desc)) & mask;
         if bits != 0 {
-            self.complete(i, Some(bits));
+            self.afd_complete(i, Some(bits));
         }
         Ok(i)
     }
 
-    /// The backend's cancel: marks the poll, and issues `NtCancelIoFileEx` only
-    /// if it may still fire (neither dequeued nor cancelled before).
-    fn cancel(&mut self, i: usize) {
-        let p = &mut self.polls[i];
-        if p.cancelled || p.state == PollState::Dequeued {
-            p.cancelled = true;
+    /// The backend's cancel of poll `i`: marks it, and issues `NtCancelIoFileEx`
+    /// only if it may still fire. A pending poll completes with STATUS_CANCELLED;
+    /// a queued one answers STATUS_NOT_FOUND and queues nothing more.
+    fn afd_cancel(&mut self, i: usize) {
+        let mark = self.afd.fault != AfdFault::StaleThrough;
+        let p = &mut self.afd.polls[i];
+        let may_fire = !p.cancelled && p.state != PollState::Dequeued;
+        p.cancelled |= mark;
+        if !may_fire {
             return;
         }
-        p.cancelled = true;
-        self.calls.cancels += 1;
+        self.calls.afd_cancels += 1;
         if p.state == PollState::Pending {
-            self.complete(i, None);
+            p.status_cancelled = true;
+            self.afd_complete(i, None);
         }
-        // Queued: STATUS_NOT_FOUND, nothing more queued.
     }
 
-    /// The waker: one packet.
-    pub fn post(&mut self) {
-        self.calls.posts += 1;
-        self.queue.push_back(Packet::Wake);
+    /// One state-machine command for the registration on `fd` in `slot`, as the
+    /// Windows backend issues it.
+    pub(super) fn afd_run(
+        &mut self,
+        fd: Fd,
+        slot: u32,
+        command: Command,
+        origin: Origin,
+    ) -> Result<(), Errno> {
+        let keep = self.afd.fault == AfdFault::NoCancel;
+        match command {
+            Command::Add(interest, g) => {
+                // SIO_BASE_HANDLE: WSAENOTSOCK for a closed handle (BadFd).
+                if !self.is_open(fd) {
+                    return Err(Errno::BadF);
+                }
+                let i = self.afd_issue(fd, interest, slot, g, origin)?;
+                if let Some((_, old)) = self.afd.records.insert(slot, (fd, i)) {
+                    self.afd_cancel(old);
+                }
+                Ok(())
+            }
+            Command::Modify(interest, g) => {
+                let &(base, old) = self.afd.records.get(&slot).ok_or(Errno::NoEnt)?;
+                // The new poll first: if it is refused, the arming in force stays.
+                let i = self.afd_issue(base, interest, slot, g, origin)?;
+                self.afd.records.insert(slot, (base, i));
+                self.afd_cancel(old);
+                Ok(())
+            }
+            Command::Quiet(_) => {
+                let &(_, i) = self.afd.records.get(&slot).ok_or(Errno::NoEnt)?;
+                if !keep {
+                    self.afd_cancel(i);
+                }
+                Ok(())
+            }
+            Command::Delete => {
+                let (_, i) = self.afd.records.remove(&slot).ok_or(Errno::NoEnt)?;
+                if !keep {
+                    self.afd_cancel(i);
+                }
+                Ok(())
+            }
+        }
     }
 
-    /// One `GetQueuedCompletionStatusEx` for at most `max` packets: the events
-    /// the backend would report (a cancelled poll's for [`NO_SLOT`]) and whether a
-    /// post was among them.
-    pub fn wait(&mut self, max: usize) -> (Vec<RawEvent>, bool) {
-        self.calls.waits += 1;
-        let mut out = Vec::new();
-        let mut woken = false;
-        for _ in 0..max.max(1) {
-            let Some(packet) = self.queue.pop_front() else {
-                break;
-            };
-            match packet {
-                Packet::Wake => woken = true,
-                Packet::Completion(i, events) => {
-                    let p = &mut self.polls[i];
-                    p.state = PollState::Dequeued;
-                    out.push(match (p.cancelled, events) {
-                        (true, _) => RawEvent {
-                            slot: NO_SLOT,
-                            stamp: 0,
-                            readiness: Readiness::EMPTY,
-                        },
-                        (false, events) => RawEvent {
-                            slot: p.slot,
-                            stamp: p.generation,
-                            readiness: events.map_or(Readiness::EMPTY, readiness),
-                        },
-                    });
+    /// What the backend reports for the dequeued packet of poll `i`.
+    fn afd_event(&self, i: usize, events: Option<u32>) -> ModelEvent {
+        let p = &self.afd.polls[i];
+        let readiness = events.map_or(Readiness::EMPTY, readiness);
+        let raw = match self.afd.fault {
+            _ if p.cancelled => RawEvent {
+                slot: NO_SLOT,
+                stamp: 0,
+                readiness: Readiness::EMPTY,
+            },
+            AfdFault::StaleThrough => {
+                let record = self.afd.records.get(&p.slot);
+                RawEvent {
+                    slot: p.slot,
+                    stamp: record.map_or(p.generation, |&(_, c)| self.afd.polls[c].generation),
+                    readiness,
                 }
             }
-        }
-        (out, woken)
-    }
-
-    /// The calls made so far.
-    pub fn calls(&self) -> AfdCalls {
-        self.calls
-    }
-
-    /// Every poll request issued, in order.
-    pub fn polls(&self) -> &[Poll] {
-        &self.polls
-    }
-
-    /// Packets queued and not yet dequeued.
-    pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// The [`Kernel`] of the registration in `slot` on socket `s`: the backend's
-    /// translation of the state machine's commands.
-    pub fn kernel(&mut self, s: Socket, slot: u32) -> AfdKernel<'_> {
-        AfdKernel {
-            model: self,
-            socket: s,
-            slot,
-        }
-    }
-}
-
-/// One registration's view of an [`AfdModel`] (see [`AfdModel::kernel`]).
-#[derive(Debug)]
-pub struct AfdKernel<'m> {
-    model: &'m mut AfdModel,
-    socket: Socket,
-    slot: u32,
-}
-
-impl Kernel for AfdKernel<'_> {
-    fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
-        let i = self
-            .model
-            .issue(self.socket, interest, self.slot, generation)?;
-        if let Some((_, old)) = self.model.records.insert(self.slot, (self.socket, i)) {
-            self.model.cancel(old);
-        }
-        Ok(())
-    }
-
-    fn modify(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
-        let Some(&(socket, old)) = self.model.records.get(&self.slot) else {
-            return Err(KernelError::NotFound);
+            AfdFault::None | AfdFault::NoCancel => RawEvent {
+                slot: p.slot,
+                stamp: p.generation,
+                readiness,
+            },
         };
-        let i = self.model.issue(socket, interest, self.slot, generation)?;
-        self.model.records.insert(self.slot, (socket, i));
-        self.model.cancel(old);
-        Ok(())
-    }
-
-    fn quiet(&mut self, _generation: u32) -> Result<(), KernelError> {
-        match self.model.records.get(&self.slot) {
-            Some(&(_, i)) => {
-                self.model.cancel(i);
-                Ok(())
-            }
-            None => Err(KernelError::NotFound),
+        ModelEvent {
+            raw,
+            origin: p.origin,
+            filter: None,
         }
     }
 
-    fn delete(&mut self) -> Result<(), KernelError> {
-        match self.model.records.remove(&self.slot) {
-            Some((_, i)) => {
-                self.model.cancel(i);
-                Ok(())
+    /// One `GetQueuedCompletionStatusEx` for at most `max` packets, in order.
+    pub(super) fn afd_wait(&mut self, max: usize) -> Vec<ModelEvent> {
+        let mut out = Vec::new();
+        while out.len() < max.max(1) {
+            let Some((i, events)) = self.afd.queue.pop_front() else {
+                break;
+            };
+            self.afd.polls[i].state = PollState::Dequeued;
+            out.push(self.afd_event(i, events));
+        }
+        out
+    }
+
+    /// The current poll of `slot` completes now with its interest's direction
+    /// (readiness that came and went), or its queued packet is dequeued now.
+    pub(super) fn afd_force_report(&mut self, slot: u32) -> Option<ModelEvent> {
+        let &(_, i) = self.afd.records.get(&slot)?;
+        let p = self.afd.polls[i];
+        if p.cancelled || p.status_cancelled {
+            return None;
+        }
+        let events = match p.state {
+            PollState::Dequeued => return None,
+            PollState::Pending => {
+                let mut bits = 0;
+                if p.interest.is_readable() {
+                    bits |= afd_bits::RECEIVE;
+                }
+                if p.interest.is_writable() {
+                    bits |= afd_bits::SEND;
+                }
+                Some(bits)
             }
-            None => Err(KernelError::NotFound),
+            PollState::Queued => {
+                let at = self.afd.queue.iter().position(|&(q, _)| q == i)?;
+                self.afd.queue.remove(at)?.1
+            }
+        };
+        self.afd.polls[i].state = PollState::Dequeued;
+        Some(self.afd_event(i, events))
+    }
+
+    /// What the port holds for `slot`: present while the backend has a record;
+    /// armed for the interest of the oldest poll carrying the slot that may
+    /// still fire (neither cancelled, by the backend's mark or the kernel's
+    /// STATUS_CANCELLED, nor dequeued), whose tag it shows; with none, not
+    /// armed, and the tag of the record's last poll.
+    pub(super) fn afd_view(&self, slot: u32) -> KernelView {
+        let record = self.afd.records.get(&slot);
+        let live = self.afd.polls.iter().find(|p| {
+            p.slot == slot && !p.cancelled && !p.status_cancelled && p.state != PollState::Dequeued
+        });
+        match (live, record) {
+            (Some(p), _) => KernelView {
+                present: record.is_some(),
+                armed: Some(p.interest),
+                tag: Some(pack64(slot, p.generation)),
+            },
+            (None, Some(&(_, i))) => KernelView {
+                present: true,
+                armed: None,
+                tag: Some(pack64(slot, self.afd.polls[i].generation)),
+            },
+            (None, None) => KernelView::default(),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Semantics;
     use super::*;
-    use crate::state::{Fallbacks, Phase, RegState};
-    use quickcheck::{Arbitrary, Gen, QuickCheck};
+    use crate::state::{Fallbacks, Kernel, KernelError, Phase, RegState};
 
-    /// One step of a scenario on two registrations (slots 0 and 1, sockets 0
-    /// and 1).
-    #[derive(Clone, Debug)]
-    enum Step {
-        Arm(usize, Interest),
-        Disarm(usize),
-        /// Deregister and register again (a new incarnation, same slot).
-        Reregister(usize),
-        Levels(usize, u8),
-        Deliver(usize),
-        Notify,
-    }
+    const O: Origin = Origin {
+        owner: 1,
+        arming: 1,
+    };
 
-    impl Arbitrary for Step {
-        fn arbitrary(g: &mut Gen) -> Step {
-            let r = usize::arbitrary(g) % 2;
-            let i = *g.choose(&Interest::ALL).unwrap();
-            match u8::arbitrary(g) % 8 {
-                0 | 1 => Step::Arm(r, i),
-                2 => Step::Disarm(r),
-                3 => Step::Reregister(r),
-                4 | 5 => Step::Levels(r, u8::arbitrary(g) & 0b111),
-                6 => Step::Deliver(1 + usize::arbitrary(g) % 3),
-                _ => Step::Notify,
-            }
-        }
-    }
-
-    struct World {
-        model: AfdModel,
-        regs: [RegState; 2],
-        levels: [Levels; 2],
-        /// The generation each registration's deregistration ended at: no event
-        /// of an earlier arming may be accepted after it.
-        floor: [u32; 2],
-        /// Accepted (slot, generation) pairs: one delivery per arming.
-        accepted: Vec<(u32, u32)>,
-    }
-
-    impl World {
-        fn new() -> World {
-            let mut model = AfdModel::new();
-            model.open(0, Levels::default());
-            model.open(1, Levels::default());
-            World {
-                model,
-                regs: [RegState::new(0), RegState::new(0)],
-                levels: [Levels::default(); 2],
-                floor: [0; 2],
-                accepted: Vec::new(),
-            }
-        }
-
-        /// The poller's acceptance of what one wait returned.
-        fn accept(&mut self, events: &[RawEvent]) -> Result<(), String> {
-            for ev in events {
-                if ev.slot == NO_SLOT {
-                    continue;
-                }
-                let r = ev.slot as usize;
-                let state = &mut self.regs[r];
-                if ev.stamp != state.generation() {
-                    continue;
-                }
-                if state.on_event(Some(ev.stamp)).is_none() {
-                    continue;
-                }
-                if ev.stamp <= self.floor[r] {
-                    return Err(format!("an arming from before a deregistration: {ev:?}"));
-                }
-                if self.accepted.contains(&(ev.slot, ev.stamp)) {
-                    return Err(format!("two deliveries of one arming: {ev:?}"));
-                }
-                self.accepted.push((ev.slot, ev.stamp));
-            }
-            Ok(())
-        }
-
-        fn step(&mut self, step: &Step) -> Result<(), String> {
-            let before = self.model.calls();
-            match *step {
-                Step::Arm(r, i) => {
-                    let was = self.regs[r].phase();
-                    let mut k = self.model.kernel(r as Socket, r as u32);
-                    self.regs[r]
-                        .arm(i, &mut k, &mut Fallbacks::default())
-                        .map_err(|e| format!("arm: {e:?}"))?;
-                    if was == Phase::Armed(i) && self.model.calls() != before {
-                        return Err("an arm of an armed registration issued a call".into());
-                    }
-                }
-                Step::Disarm(r) => {
-                    let mut k = self.model.kernel(r as Socket, r as u32);
-                    self.regs[r]
-                        .disarm(&mut k)
-                        .map_err(|e| format!("disarm: {e:?}"))?;
-                }
-                Step::Reregister(r) => {
-                    let mut k = self.model.kernel(r as Socket, r as u32);
-                    self.regs[r]
-                        .deregister(&mut k)
-                        .map_err(|e| format!("deregister: {e:?}"))?;
-                    self.floor[r] = self.regs[r].generation();
-                    self.regs[r] = RegState::new(self.floor[r]);
-                }
-                Step::Levels(r, bits) => {
-                    self.levels[r] = Levels::from_bits(bits);
-                    self.model.set_levels(r as Socket, self.levels[r]);
-                }
-                Step::Deliver(max) => {
-                    let (events, _) = self.model.wait(max);
-                    self.accept(&events)?;
-                }
-                Step::Notify => self.model.post(),
-            }
-            self.check()
-        }
-
-        /// After every step: at most one poll per registration may still fire,
-        /// and an armed registration whose socket has a polled event true has a
-        /// current completion queued (no readiness is lost).
-        fn check(&self) -> Result<(), String> {
-            for r in 0..2 {
-                let live: Vec<_> = self
-                    .model
-                    .polls()
-                    .iter()
-                    .filter(|p| {
-                        p.slot == r as u32 && !p.cancelled && p.state != PollState::Dequeued
-                    })
-                    .collect();
-                if live.len() > 1 {
-                    return Err(format!("registration {r}: {} polls may fire", live.len()));
-                }
-                if let Phase::Armed(i) = self.regs[r].phase() {
-                    let ready = afd_bits(self.levels[r]) & events_for(i) != 0;
-                    let current = live
-                        .iter()
-                        .any(|p| p.generation == self.regs[r].generation());
-                    if !current {
-                        return Err(format!("registration {r} armed with no current poll"));
-                    }
-                    let queued = live.iter().any(|p| p.state == PollState::Queued);
-                    if ready && !queued {
-                        return Err(format!("registration {r}: ready but nothing queued (lost)"));
-                    }
-                }
-            }
-            Ok(())
-        }
-
-        /// Drains the port: every poll issued yields exactly one packet.
-        fn drain(&mut self) -> Result<(), String> {
-            for r in 0..2 {
-                let mut k = self.model.kernel(r as Socket, r as u32);
-                self.regs[r]
-                    .deregister(&mut k)
-                    .map_err(|e| format!("{e:?}"))?;
-            }
-            while self.model.queued() > 0 {
-                let (events, _) = self.model.wait(8);
-                self.accept(&events)?;
-            }
-            if let Some(p) = self
-                .model
-                .polls()
-                .iter()
-                .find(|p| p.state != PollState::Dequeued)
-            {
-                return Err(format!("a poll never completed: {p:?}"));
-            }
-            Ok(())
-        }
-    }
-
-    fn run(steps: Vec<Step>) -> bool {
-        let mut w = World::new();
-        for (n, s) in steps.iter().enumerate() {
-            if let Err(e) = w.step(s) {
-                eprintln!("step {n} {s:?}: {e}");
-                return false;
-            }
-        }
-        match w.drain() {
-            Ok(()) => true,
-            Err(e) => {
-                eprintln!("drain: {e}");
-                false
-            }
-        }
-    }
-
-    #[test]
-    fn afd_model_keeps_the_contract_on_random_scenarios() {
-        // 2,000 scenarios of up to 100 steps (quickcheck's default size).
-        QuickCheck::new()
-            .tests(2000)
-            .quickcheck(run as fn(Vec<Step>) -> bool);
+    fn ready(m: &mut Model, fd: Fd, bits: u8) {
+        let d = m.description(fd).unwrap();
+        m.set_levels(d, Levels::from_bits(bits));
     }
 
     #[test]
     fn disarm_then_data_then_rearm_delivers_once_and_the_cancelled_poll_is_dropped() {
-        let mut w = World::new();
-        for s in [
-            Step::Arm(0, Interest::READABLE),
-            Step::Disarm(0),
-            Step::Levels(0, 1),
-            Step::Arm(0, Interest::READABLE),
-            Step::Deliver(8),
-        ] {
-            w.step(&s).unwrap();
-        }
-        assert_eq!(w.accepted, [(0, 3)], "arm 1, disarm 2, re-arm 3");
-        let c = w.model.calls();
-        assert_eq!((c.polls, c.cancels, c.waits), (2, 1, 1));
-        assert!(w.model.polls()[0].cancelled);
+        let mut m = Model::new(Semantics::Afd);
+        let fd = m.open(true);
+        let mut s = RegState::new(0);
+        let fb = &mut Fallbacks::default();
+        s.arm(Interest::READABLE, &mut m.kernel(fd, 0, 0, O), fb)
+            .unwrap();
+        s.disarm(&mut m.kernel(fd, 0, 0, O)).unwrap();
+        ready(&mut m, fd, 1);
+        s.arm(Interest::READABLE, &mut m.kernel(fd, 0, 0, O), fb)
+            .unwrap();
+        let ev = m.wait(8);
+        assert_eq!(ev.len(), 2, "the cancelled packet, then the re-arm's");
+        assert_eq!(ev[0].raw.slot, NO_SLOT);
+        assert_eq!(
+            (ev[1].raw.slot, ev[1].raw.stamp),
+            (0, 3),
+            "arm 1, disarm 2, re-arm 3"
+        );
+        assert_eq!(s.on_event(Some(ev[1].raw.stamp)), Some(Interest::READABLE));
+        let c = m.calls();
+        assert_eq!((c.afd_polls, c.afd_cancels, c.waits), (2, 1, 1));
+        assert!(m.afd_polls()[0].cancelled);
+        assert!(
+            m.wait(8).is_empty(),
+            "oneshot: nothing while the data stays"
+        );
     }
 
     #[test]
-    fn a_cancel_after_completion_issues_no_packet() {
-        let mut m = AfdModel::new();
-        m.open(0, Levels::from_bits(1));
-        let mut k = m.kernel(0, 0);
+    fn a_cancel_after_completion_issues_no_packet_and_a_second_cancel_no_call() {
+        let mut m = Model::new(Semantics::Afd);
+        let fd = m.open(true);
+        ready(&mut m, fd, 1);
+        let mut k = m.kernel(fd, 0, 0, O);
         k.add(Interest::READABLE, 1).unwrap();
         k.quiet(2).unwrap();
-        assert_eq!(m.queued(), 1, "the completion, not a second packet");
-        let (events, _) = m.wait(8);
-        assert_eq!(events[0].slot, NO_SLOT, "marked cancelled: dropped");
+        k.quiet(3).unwrap();
+        assert_eq!(
+            m.calls().afd_cancels,
+            1,
+            "marked: the second cancel is not issued"
+        );
+        let ev = m.wait(8);
+        assert_eq!(ev.len(), 1, "the completion, no second packet");
+        assert_eq!(ev[0].raw.slot, NO_SLOT, "marked cancelled: dropped");
+    }
+
+    #[test]
+    fn closing_the_last_handle_completes_with_local_close_a_dup_keeps_it_pending() {
+        let mut m = Model::new(Semantics::Afd);
+        let fd = m.open(true);
+        let dup = m.dup(fd).unwrap();
+        m.kernel(fd, 0, 0, O).add(Interest::WRITABLE, 1).unwrap();
+        m.close(fd).unwrap();
+        assert!(m.wait(8).is_empty(), "a handle of the socket is still open");
+        m.close(dup).unwrap();
+        let ev = m.wait(8);
+        assert_eq!(ev.len(), 1);
+        assert_eq!((ev[0].raw.slot, ev[0].raw.stamp), (0, 1));
+        assert_eq!(ev[0].raw.readiness, readiness(afd_bits::LOCAL_CLOSE));
+        // The record stays: a re-arm polls the closed handle (refused), a
+        // deregistration finds the record.
+        let mut k = m.kernel(fd, 0, 0, O);
+        assert!(matches!(
+            k.modify(Interest::WRITABLE, 2),
+            Err(KernelError::BadFd)
+        ));
+        k.delete().unwrap();
+        assert!(matches!(k.delete(), Err(KernelError::NotFound)));
+    }
+
+    #[test]
+    fn a_handle_that_is_not_a_socket_is_refused_as_an_error() {
+        let mut m = Model::new(Semantics::Afd);
+        let fd = m.open(false);
+        let mut s = RegState::new(0);
+        let r = s.arm(
+            Interest::READABLE,
+            &mut m.kernel(fd, 0, 0, O),
+            &mut Fallbacks::default(),
+        );
+        assert!(matches!(r, Err(KernelError::Other(_))), "{r:?}");
+        assert_eq!(s.phase(), Phase::Fresh);
+        assert!(!s.is_always_ready());
+    }
+
+    #[test]
+    fn faults_change_what_the_backend_does() {
+        // NoCancel: a disarmed poll stays pending and later fires.
+        let mut m = Model::new(Semantics::Afd);
+        m.set_afd_fault(AfdFault::NoCancel);
+        let fd = m.open(true);
+        let mut k = m.kernel(fd, 0, 0, O);
+        k.add(Interest::READABLE, 1).unwrap();
+        k.quiet(2).unwrap();
+        assert_eq!(m.view(fd, 0).armed, Some(Interest::READABLE));
+        k = m.kernel(fd, 0, 0, O);
+        k.delete().unwrap();
+        assert!(m.afd_unowned_pending().is_some());
+        // StaleThrough: a cancelled poll's completion carries the re-arm's
+        // generation.
+        let mut m = Model::new(Semantics::Afd);
+        m.set_afd_fault(AfdFault::StaleThrough);
+        let fd = m.open(true);
+        let mut k = m.kernel(fd, 0, 0, O);
+        k.add(Interest::READABLE, 1).unwrap();
+        k.quiet(2).unwrap();
+        k.modify(Interest::READABLE, 3).unwrap();
+        let ev = m.wait(8);
+        assert_eq!((ev[0].raw.slot, ev[0].raw.stamp), (0, 3));
+        assert_eq!(ev[0].origin, O);
     }
 }

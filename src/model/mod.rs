@@ -27,13 +27,23 @@
 //!   room `poll.rs`).
 //! - [`Semantics::Ports`]: illumos event ports (the room `ports.rs`,
 //!   [`PortAssociation`]).
+//! - [`Semantics::Afd`]: Windows' `IOCTL_AFD_POLL` requests completing on an
+//!   I/O completion port, with the Windows backend's records and cancels (the
+//!   room `afd.rs`, [`AfdPoll`]). A poll completes once, at once if an event is
+//!   true when it is issued, and its packet stays queued even if the event stops
+//!   being true (the other kernels look again at wait time); a cancel of a
+//!   pending poll queues one cancelled packet, which the backend reports for no
+//!   slot ([`NO_SLOT`]); closing a socket's last handle completes its polls with
+//!   LOCAL_CLOSE. [`Model::set_afd_fault`] breaks the modelled backend on
+//!   purpose ([`AfdFault`]).
 //!
 //! [`Model::kernel`] returns a [`RegKernel`]: the [`Kernel`]
 //! of one registration, translating the state machine's commands into this
 //! kernel's calls exactly as the backend does (epoll: `backends/epoll.rs`; kqueue:
 //! the kqueue backend's own pure translator, `changes` in `backends/kqueue/changes.rs`,
 //! with its per-registration belief of what the kernel holds, submitted at once;
-//! poll: `backends/blocking.rs`). A [`RegState`](crate::state::RegState) drives it
+//! poll: `backends/blocking.rs`; event ports: `backends/ports/`; AFD:
+//! `backends/windows/`). A [`RegState`](crate::state::RegState) drives it
 //! directly. [`Model::wait`] returns what the kernel would report, as
 //! [`RawEvent`]s with the slot and stamp a backend would decode (the arming
 //! generation; where [`Model::tag_is_generation`] is false, the slot's incarnation), each
@@ -51,7 +61,7 @@
 //! dispatch of [`Model::wait`], [`Model::view`], [`Model::force_report`],
 //! [`Model::tag_for`] and the [`RegKernel`] commands to the room of the
 //! semantics' family (`Family`, from `Semantics::family`). A room (`epoll.rs`,
-//! `kqueue.rs`, `poll.rs`, `ports.rs`) holds its kernel's own state types and an
+//! `kqueue.rs`, `poll.rs`, `ports.rs`, `afd.rs`) holds its kernel's own state types and an
 //! `impl Model` (and `impl RegKernel`) block with its part of each. A new kernel
 //! interface plugs in with: a [`Semantics`] variant (in [`Semantics::ALL`]), a
 //! `Family` variant and its arm in `Semantics::family`, a `mod` line here, its
@@ -90,15 +100,13 @@
 //! }
 //! ```
 
+mod afd;
 pub mod epoll;
 mod kqueue;
 mod poll;
 mod ports;
 
-/// AFD poll semantics (Windows): requests on a completion port, and the Windows
-/// backend's translation into them.
-pub mod afd;
-
+pub use self::afd::{afd_bits, AfdFault, AfdPoll, PollState, NO_SLOT};
 pub use self::epoll::{epoll_flags_for, epoll_readiness, EpollEntry, EpollOp};
 use self::kqueue::Belief;
 pub use self::kqueue::{kq, kqueue_readiness, Change, Filter, Knote, KqueueKernel, RearmRecord};
@@ -210,6 +218,10 @@ pub enum Semantics {
     KqueueNetBsd8,
     /// illumos event ports, `port_associate` with the generation in `user`.
     Ports,
+    /// Windows: one `IOCTL_AFD_POLL` per arming, completing on an I/O
+    /// completion port with the slot and the generation; cancelled on disarm,
+    /// re-arm and deregister.
+    Afd,
 }
 
 /// The kernel interface of a [`Semantics`]: which room serves it.
@@ -219,11 +231,12 @@ enum Family {
     Kqueue,
     Poll,
     Ports,
+    Afd,
 }
 
 impl Semantics {
     /// Every semantics, for running one sequence on each.
-    pub const ALL: [Semantics; 7] = [
+    pub const ALL: [Semantics; 8] = [
         Semantics::Epoll,
         Semantics::Kqueue,
         Semantics::KqueueFixedUdata,
@@ -231,6 +244,7 @@ impl Semantics {
         Semantics::KqueueNetBsd8,
         Semantics::Poll,
         Semantics::Ports,
+        Semantics::Afd,
     ];
 
     /// Every kqueue semantics.
@@ -251,6 +265,7 @@ impl Semantics {
             | Semantics::KqueueNetBsd8 => Family::Kqueue,
             Semantics::Poll => Family::Poll,
             Semantics::Ports => Family::Ports,
+            Semantics::Afd => Family::Afd,
         }
     }
 
@@ -271,6 +286,14 @@ impl Semantics {
     pub const fn split_filters(self) -> bool {
         self.is_kqueue()
     }
+
+    /// Whether only sockets can be registered (Windows: `Poller::register`
+    /// refuses any other handle with `InvalidInput`, before the table or the
+    /// kernel hears of it), so a description the kernel cannot poll is never
+    /// registered, rather than made always ready.
+    pub const fn registers_sockets_only(self) -> bool {
+        matches!(self, Semantics::Afd)
+    }
 }
 
 /// A kernel error number the model answers with.
@@ -284,7 +307,9 @@ pub enum Errno {
     BadF,
     /// EPERM: epoll cannot poll this description.
     Perm,
-    /// EINVAL: kqueue cannot poll this description; or a malformed request.
+    /// EINVAL: kqueue cannot poll this description; or a malformed request. AFD:
+    /// a poll of a handle that is not a socket (STATUS_OBJECT_TYPE_MISMATCH),
+    /// passed on as an error.
     Inval,
 }
 
@@ -356,6 +381,10 @@ pub struct Calls {
     pub kevent_changes: u64,
     /// Waits ([`Model::wait`]).
     pub waits: u64,
+    /// AFD: `IOCTL_AFD_POLL` requests issued (refused ones included).
+    pub afd_polls: u64,
+    /// AFD: `NtCancelIoFileEx` calls.
+    pub afd_cancels: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -375,6 +404,7 @@ pub struct Model {
     knotes: BTreeMap<(Fd, Filter), Knote>,
     pollset: BTreeMap<u32, PollEntry>,
     ports: ports::Associations,
+    afd: afd::AfdState,
     /// kqueue: the backend's belief per registration, by slot.
     beliefs: BTreeMap<u32, Belief>,
     /// kqueue: the change records the registrations' commands sent.
@@ -391,13 +421,14 @@ pub struct Model {
 pub struct KernelView {
     /// Whether the kernel holds anything under the registration's key (epoll: an
     /// entry for (description, number); kqueue: a knote on the number; poll: the
-    /// slot in the set).
+    /// slot in the set; AFD: the backend's record for the slot).
     pub present: bool,
     /// The readiness it is armed for (epoll: the `EPOLLIN`/`EPOLLOUT` bits;
-    /// kqueue: the enabled filters; poll: the armed interest), if any.
+    /// kqueue: the enabled filters; poll: the armed interest; AFD: the interest
+    /// of the oldest poll for the slot that may still fire), if any.
     pub armed: Option<Interest>,
-    /// The tag stored (epoll `data`, kqueue `udata` of the first knote, poll:
-    /// slot and generation packed like epoll's `data`).
+    /// The tag stored (epoll `data`, kqueue `udata` of the first knote, poll and
+    /// AFD: slot and generation packed like epoll's `data`).
     pub tag: Option<u64>,
 }
 
@@ -416,6 +447,7 @@ impl Model {
             knotes: BTreeMap::new(),
             pollset: BTreeMap::new(),
             ports: BTreeMap::new(),
+            afd: afd::AfdState::default(),
             beliefs: BTreeMap::new(),
             sent: Vec::new(),
             rearm: RearmRecord::default(),
@@ -507,8 +539,8 @@ impl Model {
     }
 
     /// close(2). kqueue: drops the knotes on `fd`. When the last number referring
-    /// to the description closes, the description is released and epoll drops its
-    /// entries.
+    /// to the description closes, the description is released, epoll drops its
+    /// entries and AFD completes its pending polls with LOCAL_CLOSE.
     ///
     /// # Errors
     /// `Errno::BadF` if `fd` is not open.
@@ -520,6 +552,9 @@ impl Model {
         d.refs -= 1;
         if d.refs == 0 {
             self.epoll.retain(|&(id, _), _| id != desc);
+            if self.semantics == Semantics::Afd {
+                self.afd_close(desc);
+            }
         }
         Ok(())
     }
@@ -558,12 +593,16 @@ impl Model {
 
     /// Sets the description's readiness (a write, a read, a hang-up...). An unknown
     /// description is ignored. On kqueue this is activity: each knote of the
-    /// description whose filter fires becomes active (`knote()`).
+    /// description whose filter fires becomes active (`knote()`); on AFD each
+    /// pending poll of the description for an event now true completes.
     pub fn set_levels(&mut self, desc: DescId, levels: Levels) {
         if let Some(d) = self.descs.get_mut(desc.0 as usize) {
             d.levels = levels;
             if self.semantics.is_kqueue() {
                 self.kqueue_activity(desc);
+            }
+            if self.semantics == Semantics::Afd {
+                self.afd_activity(desc);
             }
         }
     }
@@ -589,6 +628,7 @@ impl Model {
         self.knotes.clear();
         self.pollset.clear();
         self.ports.clear();
+        self.afd.clear();
         self.beliefs.clear();
         self.sent.clear();
         self.log.clear();
@@ -625,12 +665,15 @@ impl Model {
             Family::Kqueue => self.kqueue_view(fd),
             Family::Poll => self.poll_view(slot),
             Family::Ports => self.port_view(fd),
+            Family::Afd => self.afd_view(slot),
         }
     }
 
-    /// One wait: what the kernel reports now, at most `max` events, ordered by key.
-    /// Reported oneshot entries are disarmed (epoll), dispatched knotes disabled
-    /// (kqueue), reported set entries disarmed (poll). Consumes a pending notify.
+    /// One wait: what the kernel reports now, at most `max` events, ordered by key
+    /// (AFD: the port's packets in the order they were queued, a cancelled poll's
+    /// for [`NO_SLOT`]). Reported oneshot entries are disarmed (epoll),
+    /// dispatched knotes disabled (kqueue), reported set entries disarmed (poll).
+    /// Consumes a pending notify.
     pub fn wait(&mut self, max: usize) -> Vec<ModelEvent> {
         self.calls.waits += 1;
         self.notified = false;
@@ -643,12 +686,14 @@ impl Model {
                 self.port_wait(max, &mut out);
                 out
             }
+            Family::Afd => self.afd_wait(max),
         }
     }
 
     /// The kernel reports the registration on `fd` in `slot` now, if it is armed,
     /// whatever the levels say (readiness that came and went before anyone looked):
-    /// epoll fires the entry, kqueue its first enabled knote, poll its set entry.
+    /// epoll fires the entry, kqueue its first enabled knote, poll its set entry,
+    /// AFD completes the slot's current poll (or dequeues its queued packet).
     /// The event reports the armed direction.
     pub fn force_report(&mut self, fd: Fd, slot: u32) -> Option<ModelEvent> {
         match self.semantics.family() {
@@ -656,6 +701,7 @@ impl Model {
             Family::Kqueue => self.kqueue_force_report(fd),
             Family::Poll => self.poll_force_report(slot),
             Family::Ports => self.port_force_report(fd),
+            Family::Afd => self.afd_force_report(slot),
         }
     }
 
@@ -668,7 +714,7 @@ impl Model {
         match self.semantics.family() {
             Family::Kqueue if self.tag_is_generation() => pack_usize(slot, generation) as u64,
             Family::Kqueue => pack_usize(slot, incarnation) as u64,
-            Family::Epoll | Family::Poll | Family::Ports => pack64(slot, generation),
+            Family::Epoll | Family::Poll | Family::Ports | Family::Afd => pack64(slot, generation),
         }
     }
 
@@ -708,6 +754,14 @@ impl Model {
 /// `changes::translate`, `changes::readd`), every record with `EV_RECEIPT`; the
 /// refusals are classified as the backend classifies them (EINVAL on an add:
 /// not pollable, and the knotes are deleted; EBADF: bad descriptor).
+///
+/// AFD (`backends/windows/mod.rs`): add(i) is one `IOCTL_AFD_POLL` for i on the
+/// number (the base handle), recorded for the slot (EBADF if the number is
+/// closed); modify(i) a poll on the recorded base handle, then a cancel of the
+/// previous poll if it may still fire (ENOENT with no record); quiet a cancel of
+/// the current poll; delete forgets the record and cancels it (ENOENT with no
+/// record). A poll of a handle that is not a socket is refused with EINVAL,
+/// passed on as an error (`KernelError::Other`), not as "not pollable".
 ///
 /// Every command and its answer is logged ([`Model::take_commands`]).
 #[derive(Debug)]
@@ -751,6 +805,7 @@ impl RegKernel<'_> {
             Family::Ports => self
                 .model
                 .port_run(self.fd, self.slot, command, self.origin),
+            Family::Afd => self.model.afd_run(self.fd, self.slot, command, self.origin),
         };
         self.model.log.push(CommandRecord {
             command,

@@ -66,6 +66,11 @@ impl Extra {
 /// watched are reported (polling's epoll backend also sets the other direction on
 /// a hang-up or an error).
 ///
+/// On Windows the AFD poll bits map to them as the crate docs' table says
+/// (RECEIVE/ACCEPT/DISCONNECT readable, SEND writable, ABORT/CONNECT_FAIL/LOCAL_CLOSE
+/// both), and an event of `os::iocp` (a posted packet, a signaled waitable) has
+/// the directions it was given and no extra bits.
+///
 /// Compare events with [`with_no_extra`](Self::with_no_extra) when only the key and
 /// the two directions matter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +169,7 @@ impl Event {
 
     /// Whether this readiness is urgent data (`EPOLLPRI`, poll `POLLPRI`): TCP
     /// out-of-band data, or a `POLLPRI` file's change. Only for an interest that
-    /// asked with [`set_priority`](Self::set_priority); never on kqueue.
+    /// asked with [`set_priority`](Self::set_priority); never on kqueue or Windows.
     #[inline]
     pub fn is_priority(&self) -> bool {
         self.extra.has(Extra::PRI)
@@ -181,7 +186,8 @@ impl Event {
     }
 
     /// Whether the descriptor has a pending error (epoll `EPOLLERR`, kqueue
-    /// `EV_ERROR`, poll `POLLERR`/`POLLNVAL`): `Some` on every pollshot backend. A
+    /// `EV_ERROR`, poll `POLLERR`/`POLLNVAL`; on Windows AFD's ABORT, a reset, and
+    /// CONNECT_FAIL): `Some` on every pollshot backend. A
     /// refused `connect` shows it; `getsockopt(SO_ERROR)` or the next I/O call says
     /// which error.
     #[inline]

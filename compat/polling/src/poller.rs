@@ -5,11 +5,14 @@
 //! the translation in one table, guarded by a read-write lock that every call but
 //! `add` and `delete` takes shared:
 //!
-//! - `slots`, by descriptor number (which is also the token's
-//!   [`index`](Token::index)): the token, the interest and the mode (for `modify`
-//!   and `delete` by descriptor, and for `wait`, one lookup per delivered event by
+//! - `slots`, by the token's [`index`](Token::index) (on Unix the descriptor
+//!   number itself): the token, the interest and the mode (for `modify` and
+//!   `delete` by descriptor, and for `wait`, one lookup per delivered event by
 //!   its token, for the level re-arm). A map, not a vector indexed by number: a
 //!   number far above the others (one that is not open, say) costs one entry.
+//! - on Windows, `sockets` and `waitables`: the index of each socket and waitable
+//!   handle, by handle value (pollshot chooses the index there; the two kinds are
+//!   named apart, as polling's `delete` and `remove_waitable` are).
 //!
 //! The caller's key is pollshot's key of the registration (`register_with`,
 //! `set_key`): every delivered event carries it, and pollshot never delivers an
@@ -27,7 +30,10 @@ use pollshot::{Interest, Token};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+#[cfg(windows)]
+use std::os::windows::io::{AsRawSocket, BorrowedSocket, RawSocket};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -57,6 +63,18 @@ const RESERVED_KEY: usize = usize::MAX;
 /// - After `fork(2)`, the child cannot use a poller made by the parent (pollshot
 ///   refuses every call there); a child that needs one makes its own.
 ///
+/// On Windows (AFD poll and a completion port; the crate docs have the table):
+///
+/// - `add` checks that the handle is a socket (`ErrorKind::InvalidInput` if not),
+///   and arms nothing for [`Event::none`].
+/// - `Level` is re-armed by the next `wait` (of any thread), not at the delivery:
+///   an `IOCTL_AFD_POLL` reports the readiness of the moment it is issued, so a
+///   poll issued at the delivery would later report data read since.
+/// - The priority flag ([`Event::set_priority`]) changes nothing in what is
+///   watched (pollshot asks AFD for no urgent data), as on kqueue.
+/// - The poller is not `AsRawHandle`/`AsHandle` (polling's is, for its
+///   completion port): pollshot does not hand out its port.
+///
 /// `Send + Sync`: share it by reference or `Arc`.
 pub struct Poller {
     /// Shared with the kqueue filters' thread (which holds it weakly, to notify).
@@ -69,15 +87,30 @@ pub struct Poller {
     /// thread that collects its events.
     #[cfg(polling_kqueue)]
     pub(crate) filters: crate::os::kqueue::Filters,
+    /// Windows: `Level` registrations delivered and not re-armed yet; the next
+    /// `wait` arms them before it blocks (see `wait`).
+    #[cfg(windows)]
+    rearm: Mutex<Vec<Token>>,
 }
 
 #[derive(Default)]
-struct Table {
-    slots: HashMap<RawFd, Slot>,
+pub(crate) struct Table {
+    /// By the token's index.
+    slots: HashMap<usize, Slot>,
+    /// Windows: each registered socket's index, by handle value.
+    #[cfg(windows)]
+    sockets: HashMap<RawSocket, usize>,
+    /// Windows: each registered waitable handle's index, by handle value.
+    #[cfg(windows)]
+    pub(crate) waitables: HashMap<usize, usize>,
 }
 
-struct Slot {
+pub(crate) struct Slot {
     token: Token,
+    /// A waitable handle (Windows): armed for `Interest::READABLE` (signaled)
+    /// whatever the directions, which its events report as given.
+    #[cfg(windows)]
+    waitable: bool,
     state: Mutex<SlotState>,
 }
 
@@ -94,12 +127,24 @@ struct SlotState {
 
 impl Table {
     fn slot(&self, token: Token) -> Option<&Slot> {
-        let fd = RawFd::try_from(token.index()).ok()?;
-        self.slots.get(&fd).filter(|slot| slot.token == token)
+        self.slots
+            .get(&token.index())
+            .filter(|slot| slot.token == token)
     }
 
+    #[cfg(unix)]
     fn by_fd(&self, fd: RawFd) -> Option<&Slot> {
-        self.slots.get(&fd)
+        self.slots.get(&usize::try_from(fd).ok()?)
+    }
+
+    #[cfg(windows)]
+    fn by_fd(&self, socket: RawSocket) -> Option<&Slot> {
+        self.slots.get(self.sockets.get(&socket)?)
+    }
+
+    #[cfg(windows)]
+    pub(crate) fn by_index(&self, index: usize) -> Option<&Slot> {
+        self.slots.get(&index)
     }
 }
 
@@ -126,7 +171,7 @@ fn interest_of(ev: Event, priority: bool) -> Option<Interest> {
 }
 
 /// `level` for a mode, or `Unsupported` for the edge modes.
-fn level_of(mode: PollMode) -> io::Result<bool> {
+pub(crate) fn level_of(mode: PollMode) -> io::Result<bool> {
     match mode {
         PollMode::Oneshot => Ok(false),
         PollMode::Level => Ok(true),
@@ -151,11 +196,40 @@ pub(crate) fn check_key(op: &str, key: usize) -> io::Result<()> {
     Ok(())
 }
 
-fn not_registered(op: &str, fd: RawFd) -> io::Error {
+/// A source's number in messages: the descriptor (Unix), the socket's handle
+/// value (Windows).
+#[cfg(unix)]
+type Raw = RawFd;
+#[cfg(windows)]
+type Raw = RawSocket;
+
+/// `fd N` (Unix), `socket 0xN` (Windows).
+fn named(fd: Raw) -> String {
+    #[cfg(unix)]
+    return format!("fd {fd}");
+    #[cfg(windows)]
+    return format!("socket {fd:#x}");
+}
+
+fn not_registered(op: &str, fd: Raw) -> io::Error {
     io::Error::new(
         io::ErrorKind::NotFound,
-        format!("polling {op}: fd {fd} is not registered in this poller"),
+        format!(
+            "polling {op}: {} is not registered in this poller",
+            named(fd)
+        ),
     )
+}
+
+/// What pollshot is armed for when a slot watches `interest`: the interest for a
+/// socket, `READABLE` (signaled) for a waitable handle.
+#[cfg_attr(unix, allow(unused_variables))]
+fn arming(slot: &Slot, interest: Interest) -> Interest {
+    #[cfg(windows)]
+    if slot.waitable {
+        return Interest::READABLE;
+    }
+    interest
 }
 
 impl Poller {
@@ -167,11 +241,14 @@ impl Poller {
     pub fn new() -> io::Result<Poller> {
         let inner = pollshot::Poller::new()?;
         Ok(Poller {
-            priority: inner.backend_name() != "kqueue",
+            // Neither kqueue nor AFD is asked for urgent data by pollshot.
+            priority: !matches!(inner.backend_name(), "kqueue" | "afd"),
             inner: Arc::new(inner),
             table: RwLock::new(Table::default()),
             #[cfg(polling_kqueue)]
             filters: crate::os::kqueue::Filters::new(),
+            #[cfg(windows)]
+            rearm: Mutex::new(Vec::new()),
         })
     }
 
@@ -187,18 +264,18 @@ impl Poller {
         false
     }
 
-    #[cfg(polling_kqueue)]
+    #[cfg(any(polling_kqueue, windows))]
     pub(crate) fn inner(&self) -> &Arc<pollshot::Poller> {
         &self.inner
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, Table> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Table> {
         // The table is only changed by whole inserts and removals: a panic while it
         // is held for writing cannot leave a half-made entry.
         self.table.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Table> {
         self.table.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -245,43 +322,77 @@ impl Poller {
         check_key("add", interest.key)?;
         let level = level_of(mode)?;
         let fd = source.raw();
+        #[cfg(unix)]
         if fd < 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("polling add: fd {fd} is negative, not a descriptor"),
             ));
         }
-        let mut table = self.write();
-        if table.slots.contains_key(&fd) {
+        #[cfg(windows)]
+        // INVALID_SOCKET (winsock2.h: `(SOCKET)(~0)`).
+        if fd == RawSocket::MAX {
             return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("polling add: fd {fd} is registered already (modify it instead)"),
+                io::ErrorKind::InvalidInput,
+                "polling add: the socket is INVALID_SOCKET, not a socket handle",
             ));
         }
-        // SAFETY: `fd` is non-negative (checked above) and, by this function's
-        // contract, open until it is deleted from this poller, which deregisters
-        // it; pollshot only passes the number to the kernel.
+        let mut table = self.write();
+        if table.by_fd(fd).is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "polling add: {} is registered already (modify it instead)",
+                    named(fd)
+                ),
+            ));
+        }
+        // SAFETY: `fd` is a valid descriptor (non-negative) or socket handle (not
+        // INVALID_SOCKET), checked above, and by this function's contract open
+        // until it is deleted from this poller, which deregisters it; pollshot only
+        // passes the number to the kernel.
+        #[cfg(unix)]
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        // SAFETY: as above.
+        #[cfg(windows)]
+        let borrowed = unsafe { BorrowedSocket::borrow_raw(fd) };
         let token = self.inner.register_with(&borrowed, interest.key)?;
+        let _index = self.insert_slot(&mut table, token, interest, level, false)?;
+        #[cfg(windows)]
+        table.sockets.insert(fd, _index);
+        Ok(())
+    }
+
+    /// Arms a new registration `token` for `interest` (none for no direction) and
+    /// records it in the table; on an error deregisters it. Returns its index.
+    pub(crate) fn insert_slot(
+        &self,
+        table: &mut Table,
+        token: Token,
+        interest: Event,
+        level: bool,
+        #[cfg_attr(unix, allow(unused_variables))] waitable: bool,
+    ) -> io::Result<usize> {
+        let slot = Slot {
+            token,
+            #[cfg(windows)]
+            waitable,
+            state: Mutex::new(SlotState {
+                key: interest.key,
+                interest: None,
+                level,
+            }),
+        };
         let wanted = interest_of(interest, self.priority);
         if let Some(i) = wanted {
-            if let Err(e) = self.inner.arm(token, i) {
+            if let Err(e) = self.inner.arm(token, arming(&slot, i)) {
                 let _ = self.inner.deregister(token);
                 return Err(e);
             }
         }
-        table.slots.insert(
-            fd,
-            Slot {
-                token,
-                state: Mutex::new(SlotState {
-                    key: interest.key,
-                    interest: wanted,
-                    level,
-                }),
-            },
-        );
-        Ok(())
+        lock(&slot.state).interest = wanted;
+        table.slots.insert(token.index(), slot);
+        Ok(token.index())
     }
 
     /// [`modify_with_mode`](Self::modify_with_mode) in [`PollMode::Oneshot`].
@@ -314,11 +425,19 @@ impl Poller {
     ) -> io::Result<()> {
         check_key("modify", interest.key)?;
         let level = level_of(mode)?;
+        #[cfg(unix)]
         let fd = source.source().as_raw_fd();
+        #[cfg(windows)]
+        let fd = source.source().as_raw_socket();
         let table = self.read();
         let slot = table
             .by_fd(fd)
             .ok_or_else(|| not_registered("modify", fd))?;
+        self.modify_slot(slot, interest, level)
+    }
+
+    /// Re-arms `slot` for `interest` (disarms it for none), under its key.
+    pub(crate) fn modify_slot(&self, slot: &Slot, interest: Event, level: bool) -> io::Result<()> {
         let mut state = lock(&slot.state);
         let wanted = interest_of(interest, self.priority);
         if interest.key != state.key {
@@ -327,7 +446,7 @@ impl Poller {
             state.key = interest.key;
         }
         match wanted {
-            Some(i) => self.inner.arm(slot.token, i)?,
+            Some(i) => self.inner.arm(slot.token, arming(slot, i))?,
             None => self.inner.disarm(slot.token)?,
         }
         *state = SlotState {
@@ -347,12 +466,32 @@ impl Poller {
     /// - the kernel's error from the delete other than ENOENT and EBADF (which mean
     ///   the kernel dropped it already); the registration is removed all the same.
     pub fn delete(&self, source: impl AsSource) -> io::Result<()> {
+        #[cfg(unix)]
         let fd = source.source().as_raw_fd();
+        #[cfg(windows)]
+        let fd = source.source().as_raw_socket();
         let mut table = self.write();
-        let slot = table
-            .slots
-            .remove(&fd)
+        #[cfg(unix)]
+        let index = usize::try_from(fd).ok();
+        #[cfg(windows)]
+        let index = table.sockets.remove(&fd);
+        let slot = index
+            .and_then(|i| table.slots.remove(&i))
             .ok_or_else(|| not_registered("delete", fd))?;
+        drop(table);
+        self.inner.deregister(slot.token)
+    }
+
+    /// Removes the slot at `index` from the table and deregisters it.
+    #[cfg(windows)]
+    pub(crate) fn remove_slot(
+        &self,
+        mut table: RwLockWriteGuard<'_, Table>,
+        index: usize,
+    ) -> io::Result<()> {
+        let Some(slot) = table.slots.remove(&index) else {
+            return Ok(());
+        };
         drop(table);
         self.inner.deregister(slot.token)
     }
@@ -391,6 +530,8 @@ impl Poller {
 
     fn wait_until(&self, events: &mut Events, deadline: Option<Instant>) -> io::Result<usize> {
         loop {
+            #[cfg(windows)]
+            self.rearm_level();
             let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let delivered = match self.inner.deliver(&mut events.raw, timeout) {
                 Ok(n) => Ok(n),
@@ -423,12 +564,40 @@ impl Poller {
         Ok(events.list.len())
     }
 
+    /// Arms the `Level` registrations delivered since the last wait (Windows), so
+    /// that their poll reports the readiness of this wait's start. One that was
+    /// deleted, disarmed or made oneshot meanwhile is left as it is; an error (the
+    /// socket closed without `delete`) leaves it disarmed, as on Unix.
+    #[cfg(windows)]
+    fn rearm_level(&self) {
+        let tokens = std::mem::take(&mut *lock(&self.rearm));
+        if tokens.is_empty() {
+            return;
+        }
+        let table = self.read();
+        for token in tokens {
+            let Some(slot) = table.slot(token) else {
+                continue;
+            };
+            let state = lock(&slot.state);
+            if let (true, Some(interest)) = (state.level, state.interest) {
+                let _ = self.inner.arm(slot.token, arming(slot, interest));
+            }
+        }
+    }
+
     /// Appends the caller's events for pollshot's last delivery; how many.
     fn translate(&self, events: &mut Events) -> usize {
         let table = self.read();
         let Events { list, raw, .. } = events;
         let before = list.len();
         for ev in raw.iter() {
+            // A packet of `PollerIocpExt::post`: no registration's.
+            #[cfg(windows)]
+            if ev.is_posted() {
+                list.push(Event::new(ev.key(), ev.is_readable(), ev.is_writable()));
+                continue;
+            }
             // Deleted meanwhile (another thread's `delete` between pollshot's
             // delivery and this lookup): dropped.
             let Some(slot) = table.slot(ev.token()) else {
@@ -439,12 +608,32 @@ impl Poller {
                 // Disarmed by `modify(none)` after the delivery was taken.
                 continue;
             };
+            #[cfg(unix)]
             if state.level {
                 // Level emulation: watch again at once; a readiness that still holds
                 // is reported by the next wait. An error here (the descriptor was
                 // closed without `delete`) leaves it disarmed, as polling's level
                 // registration of a closed descriptor goes silent.
-                let _ = self.inner.arm(slot.token, interest);
+                let _ = self.inner.arm(slot.token, arming(slot, interest));
+            }
+            #[cfg(windows)]
+            if state.level {
+                // Level emulation on AFD: an IOCTL_AFD_POLL reports the readiness of
+                // the moment it is issued, and its completion waits in the port, so
+                // an arming made now would report data the caller reads before the
+                // next wait. The next wait arms it instead (`rearm_level`).
+                lock(&self.rearm).push(slot.token);
+            }
+            #[cfg(windows)]
+            if slot.waitable {
+                // Signaled: reported with the directions it was given, as polling
+                // reports a waitable's interest.
+                list.push(Event::new(
+                    ev.key(),
+                    interest.is_readable(),
+                    interest.is_writable(),
+                ));
+                continue;
             }
             list.push(Event {
                 key: ev.key(),
@@ -472,6 +661,7 @@ impl Poller {
 /// The kernel instance (epoll or kqueue descriptor), readable while a readiness is
 /// pending, for nesting this poller in another event loop (async-io's
 /// `reactor_fd`). Only watch it for reading; never read, write or close it.
+#[cfg(unix)]
 impl AsFd for Poller {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.as_fd()
@@ -479,6 +669,7 @@ impl AsFd for Poller {
 }
 
 /// [`AsFd`]'s descriptor as a number.
+#[cfg(unix)]
 impl AsRawFd for Poller {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
@@ -487,10 +678,10 @@ impl AsRawFd for Poller {
 
 impl fmt::Debug for Poller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Poller")
-            .field("backend", &self.inner.backend_name())
-            .field("fd", &self.inner.as_raw_fd())
-            .field("sources", &self.read().slots.len())
-            .finish()
+        let mut d = f.debug_struct("Poller");
+        d.field("backend", &self.inner.backend_name());
+        #[cfg(unix)]
+        d.field("fd", &self.inner.as_raw_fd());
+        d.field("sources", &self.read().slots.len()).finish()
     }
 }

@@ -2,6 +2,8 @@
 //! the facade. Timing decides nothing here except lower bounds a correct poller must
 //! respect (a wait that must last at least its timeout) and generous deadlines.
 
+#![cfg(unix)]
+
 use polling::{Event, Events, PollMode, Poller};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,0 +1,308 @@
+//! Waitable handles: an event, a process, a thread, a semaphore, a mutex, a
+//! waitable timer, registered with `Poller::register_waitable` and armed like a
+//! socket, oneshot: an arming is one thread-pool wait on the object, whose
+//! callback posts one packet to the poller's completion port when the object is
+//! signaled.
+//!
+//! The mechanism, and why it is this one: Windows 8 and later have wait
+//! completion packets (ntdll's `NtCreateWaitCompletionPacket`,
+//! `NtAssociateWaitCompletionPacket`, `NtCancelWaitCompletionPacket`), which
+//! queue the packet without a thread in between, but wine 8.0's ntdll does not
+//! export them (checked: none of the three names is in its `ntdll.dll`). So an
+//! arming is one `RegisterWaitForSingleObject` with `WT_EXECUTEONLYONCE` (the
+//! callback runs at most once: oneshot) and `WT_EXECUTEINWAITTHREAD` (it runs in
+//! the pool's wait thread: it only posts, takes no lock and never blocks). Its
+//! callback posts `PostQueuedCompletionStatus` with [`WAIT_KEY`], the slot as the
+//! packet's `lpOverlapped` and the arming's generation as its byte count: a
+//! packet of an older arming, of a disarmed or a deregistered registration is
+//! dropped by the poller as stale, by generation, as an AFD completion is. polling
+//! 3.11 does the same (its `iocp` backend's `WaitHandle`).
+//!
+//! Cancelling (a re-arm, a disarm, a deregister, the poller's drop) is
+//! `UnregisterWaitEx(wait, INVALID_HANDLE_VALUE)`, which returns only when no
+//! callback of the wait is running or will run (Windows' documented contract;
+//! wine's `RtlDeregisterWaitEx` does `TpSetWait(NULL)` and then
+//! `TpWaitForWait(.., TRUE)`, the same), so the callback's context can be freed
+//! right after it, and a deregister has taken effect when it returns: a packet
+//! the callback posted before is stale in the table, and none comes after.
+//! Which behaviour a wait has (when it is satisfied, what it consumes: an
+//! auto-reset event is reset, a semaphore decremented, a mutex acquired by the
+//! pool's thread) is `WaitForSingleObject`'s, which the pool calls.
+
+use super::port::{post_packet, WAIT_KEY};
+use crate::state::KernelError;
+use crate::stats::{Count, Counters};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use windows_sys::Win32::Foundation::{
+    GetLastError, ERROR_IO_PENDING, HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED,
+};
+use windows_sys::Win32::System::Threading::{
+    CreateEventW, RegisterWaitForSingleObject, UnregisterWaitEx, WaitForMultipleObjects, INFINITE,
+    WT_EXECUTEINWAITTHREAD, WT_EXECUTEONLYONCE,
+};
+
+/// Record shards, as the sockets' (`mod.rs`).
+const SHARDS: usize = 16;
+
+/// What an arming's callback needs: boxed per arming, freed when its wait is
+/// unregistered (no callback runs after that).
+struct Context {
+    port: HANDLE,
+    slot: u32,
+    generation: u32,
+}
+
+/// One arming's thread-pool wait and its callback's context.
+struct Wait {
+    wait: HANDLE,
+    context: *mut Context,
+}
+
+// SAFETY: the wait handle may be unregistered from any thread; the context is
+// only read by the callback (and freed once no callback can run).
+unsafe impl Send for Wait {}
+
+/// The callback of every wait: one post to the poller's port.
+unsafe extern "system" fn signaled(context: *mut c_void, _timed_out: bool) {
+    // SAFETY: `context` is the `Box<Context>` `Wait::start` registered, freed
+    // only after `UnregisterWaitEx(.., INVALID_HANDLE_VALUE)` returned, which
+    // waits for this callback; the port outlives every wait (`Waits::drain`).
+    let c = unsafe { &*(context as *const Context) };
+    // A failed post (the port closed) cannot happen while the wait exists, and
+    // a callback has nowhere to report it.
+    let _ = post_packet(c.port, WAIT_KEY, c.generation, c.slot as usize);
+}
+
+impl Wait {
+    /// Starts one wait on `object` for arming `generation` of `slot`: one
+    /// RegisterWaitForSingleObject. An object signaled already fires at once.
+    fn start(port: HANDLE, object: HANDLE, slot: u32, generation: u32) -> io::Result<Wait> {
+        let context = Box::into_raw(Box::new(Context {
+            port,
+            slot,
+            generation,
+        }));
+        let mut wait: HANDLE = ptr::null_mut();
+        // SAFETY: `wait` is a live out-parameter; `context` stays allocated
+        // until the wait is unregistered (`cancel`) or, if this call fails,
+        // below; no timeout (INFINITE).
+        let ok = unsafe {
+            RegisterWaitForSingleObject(
+                &mut wait,
+                object,
+                Some(signaled),
+                context as *const c_void,
+                INFINITE,
+                WT_EXECUTEONLYONCE | WT_EXECUTEINWAITTHREAD,
+            )
+        };
+        if ok == 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: no wait was registered, so nothing else holds `context`.
+            drop(unsafe { Box::from_raw(context) });
+            return Err(e);
+        }
+        Ok(Wait { wait, context })
+    }
+
+    /// Unregisters the wait, waiting for its callback if it is running: one
+    /// UnregisterWaitEx. Afterwards no callback of it runs.
+    fn cancel(self) -> io::Result<()> {
+        // SAFETY: `self.wait` is a registered wait, unregistered once (this
+        // consumes it); INVALID_HANDLE_VALUE makes the call wait for callbacks.
+        let ok = unsafe { UnregisterWaitEx(self.wait, INVALID_HANDLE_VALUE) };
+        // SAFETY: reads this thread's last error; no arguments.
+        if ok == 0 && unsafe { GetLastError() } != ERROR_IO_PENDING {
+            // Not unregistered: a callback may still run, so its context is
+            // left allocated (leaked) rather than freed under it.
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the wait is unregistered and no callback of it runs any more:
+        // the context is this value's alone.
+        drop(unsafe { Box::from_raw(self.context) });
+        Ok(())
+    }
+}
+
+/// The waitable registrations: for each slot that holds one, the wait of its
+/// last arming (`None`: never armed, or the wait was cancelled; a wait that
+/// fired stays until the next arm or cancel unregisters it).
+pub(crate) struct Waits {
+    shards: [Mutex<HashMap<u32, Option<Wait>>>; SHARDS],
+    /// Slots held, so that a socket's arm skips the lookup when there are none.
+    held: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A map of plain records: a panic elsewhere cannot leave it half-written.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The error of an arm for another interest than readable.
+fn readable_only(interest: crate::interest::Interest) -> KernelError {
+    KernelError::Other(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "pollshot arm: a waitable handle's registration is armed with Interest::READABLE \
+             only (readable: the object is signaled), not {interest:?}"
+        ),
+    ))
+}
+
+impl Waits {
+    pub(crate) fn new() -> Waits {
+        Waits {
+            shards: Default::default(),
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, slot: u32) -> MutexGuard<'_, HashMap<u32, Option<Wait>>> {
+        lock(&self.shards[slot as usize % SHARDS])
+    }
+
+    /// Whether `slot` holds a waitable handle's registration.
+    #[inline]
+    pub(crate) fn holds(&self, slot: u32) -> bool {
+        self.held.load(Ordering::Relaxed) != 0 && self.shard(slot).contains_key(&slot)
+    }
+
+    /// `slot` now holds a waitable handle's registration (`true`) or not.
+    /// Called under the slot's lock; a wait left from an earlier registration
+    /// (not expected: its deregister cancelled it) is cancelled.
+    pub(crate) fn set(&self, slot: u32, waitable: bool) -> io::Result<()> {
+        let old = if waitable {
+            let old = self.shard(slot).insert(slot, None);
+            if old.is_none() {
+                self.held.fetch_add(1, Ordering::Relaxed);
+            }
+            old
+        } else {
+            let old = self.shard(slot).remove(&slot);
+            if old.is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+            old
+        };
+        match old.flatten() {
+            Some(wait) => wait.cancel(),
+            None => Ok(()),
+        }
+    }
+
+    /// Arms `slot` (arming `generation`) on `object`: cancels the wait of the
+    /// previous arming if there is one, then starts a new one. One
+    /// UnregisterWaitEx (if a wait was left) and one RegisterWaitForSingleObject,
+    /// each counted as a `ctl_call`.
+    pub(crate) fn arm(
+        &self,
+        port: HANDLE,
+        object: HANDLE,
+        slot: u32,
+        generation: u32,
+        interest: crate::interest::Interest,
+        counters: &Counters,
+    ) -> Result<(), KernelError> {
+        if interest != crate::interest::Interest::READABLE {
+            return Err(readable_only(interest));
+        }
+        // Taken out under the shard's lock, cancelled outside it: a cancel may
+        // wait for a callback, which takes no lock of ours.
+        let old = match self.shard(slot).get_mut(&slot) {
+            Some(w) => w.take(),
+            None => return Err(KernelError::NotFound),
+        };
+        if let Some(old) = old {
+            counters.one(Count::CtlCall);
+            old.cancel().map_err(KernelError::Other)?;
+        }
+        counters.one(Count::CtlCall);
+        let wait = Wait::start(port, object, slot, generation).map_err(KernelError::Other)?;
+        // The poller serialises commands for one registration and makes and
+        // removes it under the slot's lock it holds now: the record is there.
+        let stray = match self.shard(slot).get_mut(&slot) {
+            Some(w) => w.replace(wait),
+            None => Some(wait),
+        };
+        match stray {
+            Some(w) => w.cancel().map_err(KernelError::Other),
+            None => Ok(()),
+        }
+    }
+
+    /// Cancels `slot`'s wait, if it has one (one UnregisterWaitEx, a
+    /// `ctl_call`); `NotFound` if the slot holds no waitable registration.
+    pub(crate) fn cancel(&self, slot: u32, counters: &Counters) -> Result<(), KernelError> {
+        let wait = match self.shard(slot).get_mut(&slot) {
+            Some(w) => w.take(),
+            None => return Err(KernelError::NotFound),
+        };
+        match wait {
+            Some(w) => {
+                counters.one(Count::CtlCall);
+                w.cancel().map_err(KernelError::Other)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Cancels every wait (the poller's drop, before its port is closed).
+    pub(crate) fn drain(&self) {
+        for shard in &self.shards {
+            let waits: Vec<Wait> = lock(shard).drain().filter_map(|(_, w)| w).collect();
+            for w in waits {
+                let _ = w.cancel();
+            }
+        }
+        self.held.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A manual-reset event that is never set, made once for the process: the
+/// second handle of [`check_waitable`]'s wait.
+fn never_signaled() -> io::Result<HANDLE> {
+    static NEVER: OnceLock<usize> = OnceLock::new();
+    if let Some(&h) = NEVER.get() {
+        return Ok(h as HANDLE);
+    }
+    // SAFETY: no attributes, no name: a new unnamed manual-reset event, not set.
+    let h = unsafe { CreateEventW(ptr::null(), 1, 0, ptr::null()) };
+    if h.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    match NEVER.set(h as usize) {
+        Ok(()) => Ok(h),
+        Err(_) => {
+            // Another thread made one first: use it, close ours.
+            // SAFETY: `h` is ours, closed once.
+            unsafe { windows_sys::Win32::Foundation::CloseHandle(h) };
+            Ok(*NEVER.get().expect("set") as HANDLE)
+        }
+    }
+}
+
+/// Whether `h` is an open handle of an object that can be waited on, without
+/// changing its state: `WaitForMultipleObjects` for *all* of `h` and an event
+/// that is never set, with a zero timeout. A wait for all is satisfied (and
+/// consumes a signal) only when every object is signaled, so this one never is:
+/// it times out for a waitable object, signaled or not, and fails for a closed
+/// handle or an object that cannot be waited on (a file mapping, a registry key).
+///
+/// # Errors
+/// The wait's error (`ERROR_INVALID_HANDLE`, 6, for a closed or non-waitable
+/// handle; `ERROR_ACCESS_DENIED`, 5, for a handle without `SYNCHRONIZE` access).
+pub(crate) fn check_waitable(h: HANDLE) -> io::Result<()> {
+    let handles = [h, never_signaled()?];
+    // SAFETY: `handles` is a live array of two handle values; the call only
+    // validates and inspects them (a zero timeout, wait-all never satisfied).
+    let r = unsafe { WaitForMultipleObjects(2, handles.as_ptr(), 1, 0) };
+    if r == WAIT_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
