@@ -79,9 +79,11 @@ const NO_SLOT: u32 = u32::MAX;
 ///   key, the user's key as the packet's `lpOverlapped` and the interest's bits
 ///   as its byte count; delivered as an event of no registration
 ///   ([`Event::is_posted`](crate::Event::is_posted)).
-/// - waitable handles (`Poller::register_waitable`): an arm is one
-///   RegisterWaitForSingleObject (`WT_EXECUTEONLYONCE`) whose callback posts
-///   the slot and generation to the port; disarm, re-arm and deregister
+/// - waitable handles (`Poller::register_waitable`): the first arm duplicates
+///   the caller's handle (DuplicateHandle; closed when the registration ends),
+///   and an arm is one RegisterWaitForSingleObject (`WT_EXECUTEONLYONCE`) on
+///   that duplicate whose callback posts the slot and generation to the port;
+///   disarm, re-arm and deregister
 ///   unregister it with UnregisterWaitEx, which waits for a running callback
 ///   (`backends/windows/wait.rs` says why this and not wait completion packets).
 ///
@@ -95,7 +97,7 @@ const NO_SLOT: u32 = u32::MAX;
 /// Counted in [`Stats`](crate::Stats): `adds`, `modifies`, `quiets`, `deletes`
 /// per command; `ctl_calls` per system call they made (each `IOCTL_AFD_POLL`,
 /// each NtCancelIoFileEx, each `SIO_BASE_HANDLE` lookup, each
-/// RegisterWaitForSingleObject and UnregisterWaitEx); `waits` per
+/// DuplicateHandle, RegisterWaitForSingleObject and UnregisterWaitEx); `waits` per
 /// GetQueuedCompletionStatusEx; `wakes` per waker post. The user's posts are
 /// not counted (no field of `Stats` counts them).
 ///

@@ -1,0 +1,661 @@
+//! The Windows backend under misuse: handle values reused after a close, the
+//! same socket twice, deregisters racing a ready socket, re-arm storms, post
+//! storms, a poller dropped under live waits, bad handles and edge values.
+//! Run under wine:
+//!
+//! ```text
+//! bash .ci/wine.sh cargo test --target x86_64-pc-windows-gnu --features stats --test windows_break
+//! ```
+//!
+//! Timing never decides a pass: deadlines only turn a lost event or a hang into
+//! a failure. "Nothing is delivered" is checked with a notify: completion ports
+//! are FIFO, so the deliver that takes the notify has dequeued every packet
+//! queued before it, and must return no event.
+#![cfg(all(windows, feature = "stats"))]
+
+use pollshot::{Events, Interest, Poller, Stats};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::windows::io::{AsRawHandle, AsRawSocket, FromRawHandle, OwnedHandle, RawHandle};
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use windows_sys::Win32::Foundation::{HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT};
+use windows_sys::Win32::System::Threading::{CreateEventW, SetEvent, WaitForSingleObject};
+
+/// Trials of each racy scenario.
+const TRIALS: usize = 20;
+/// Long enough that only a lost event or a hang reaches it.
+const LONG: Option<Duration> = Some(Duration::from_secs(20));
+
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    for s in [&a, &b] {
+        s.set_nonblocking(true).unwrap();
+        s.set_nodelay(true).unwrap();
+    }
+    (a, b)
+}
+
+fn delta<R>(p: &Poller, f: impl FnOnce() -> R) -> (R, Stats) {
+    let before = p.stats();
+    let r = f();
+    (r, p.stats().since(&before))
+}
+
+/// One delivery of one event.
+fn one(p: &Poller) -> pollshot::Event {
+    let mut events = Events::with_capacity(8);
+    let n = p.deliver(&mut events, LONG).unwrap();
+    assert_eq!(n, 1, "one event: {events:?}");
+    *events.iter().next().unwrap()
+}
+
+/// A notify, then a deliver that must end on it with no event.
+fn notify_and_see_nothing(p: &Poller) {
+    p.notify().unwrap();
+    let mut events = Events::with_capacity(8);
+    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 0, "{events:?}");
+    assert!(events.is_notified());
+}
+
+fn until_waiters(p: &Poller, n: usize) {
+    let start = Instant::now();
+    while p.waiters() < n {
+        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn event(manual: bool) -> OwnedHandle {
+    // SAFETY: no attributes, no name; the handle returned is ours.
+    let h = unsafe { CreateEventW(ptr::null(), manual as i32, 0, ptr::null()) };
+    assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
+    // SAFETY: `h` is a new handle nothing else owns.
+    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
+}
+
+fn set(h: &OwnedHandle) {
+    // SAFETY: `h` is an open event handle.
+    assert_ne!(unsafe { SetEvent(h.as_raw_handle() as HANDLE) }, 0);
+}
+
+/// Whether `h` is signaled now (a zero-timeout wait: consumes an auto-reset
+/// event's signal).
+fn signaled(h: &OwnedHandle) -> bool {
+    // SAFETY: `h` is an open handle; a zero timeout.
+    match unsafe { WaitForSingleObject(h.as_raw_handle() as HANDLE, 0) } {
+        WAIT_OBJECT_0 => true,
+        WAIT_TIMEOUT => false,
+        r => panic!("WaitForSingleObject: {r:#x} {}", io::Error::last_os_error()),
+    }
+}
+
+// ---- handle values reused ----
+
+/// A new pair whose accepted socket has handle value `value`, if one comes in
+/// a few tries (Windows and wine hand out the lowest free value, so the value
+/// of a socket just closed comes back at once, but nothing promises it).
+fn pair_with_value(value: u64) -> Option<(TcpStream, TcpStream)> {
+    let mut kept = Vec::new();
+    for _ in 0..8 {
+        let (a, b) = tcp_pair();
+        if b.as_raw_socket() == value {
+            return Some((a, b));
+        }
+        if a.as_raw_socket() == value {
+            return Some((b, a));
+        }
+        kept.push((a, b));
+    }
+    None
+}
+
+#[test]
+fn a_reused_socket_number_never_gets_the_old_sockets_completion() {
+    // The old socket's poll has completed (data was waiting) when it is
+    // deregistered, or, in the other half of the trials, is completed by the
+    // close itself (LOCAL_CLOSE, no deregister: the new registration
+    // supersedes). Either way its packet is still queued when the number's new
+    // socket is registered and armed: it must be dropped, never delivered.
+    let p = Poller::new().unwrap();
+    let mut reused = 0;
+    for trial in 0..TRIALS {
+        let (mut a, b) = tcp_pair();
+        let value = b.as_raw_socket();
+        let old = p.register_with(&b, 1).unwrap();
+        p.arm(old, Interest::READABLE).unwrap();
+        a.write_all(b"x").unwrap();
+        if trial % 2 == 0 {
+            p.deregister(old).unwrap();
+        }
+        drop(b);
+        let Some((_a2, b2)) = pair_with_value(value) else {
+            if trial % 2 == 1 {
+                p.deregister(old).unwrap();
+            }
+            notify_and_see_nothing(&p);
+            continue;
+        };
+        reused += 1;
+        let new = p.register_with(&b2, 2).unwrap();
+        assert_eq!(new.index(), old.index(), "trial {trial}");
+        p.arm(new, Interest::READABLE).unwrap();
+        // The new socket has nothing to read: no event at all.
+        notify_and_see_nothing(&p);
+        assert_eq!(
+            p.arm(old, Interest::READABLE).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        p.deregister(new).unwrap();
+        assert!(p.is_empty(), "trial {trial}");
+    }
+    assert!(reused > 0, "no trial reused the number");
+}
+
+#[test]
+fn a_reused_event_number_never_gets_the_old_events_signal() {
+    // A waitable's wait has fired (its packet is queued) when it is
+    // deregistered and closed; a new event of the same value, registered and
+    // armed but never set, must deliver nothing.
+    let p = Poller::new().unwrap();
+    let mut reused = 0;
+    for trial in 0..TRIALS {
+        let old_ev = event(true);
+        let value = old_ev.as_raw_handle();
+        let old = p.register_waitable(&old_ev, 1).unwrap();
+        p.arm(old, Interest::READABLE).unwrap();
+        set(&old_ev);
+        p.deregister(old).unwrap();
+        drop(old_ev);
+        let new_ev = event(true);
+        if new_ev.as_raw_handle() != value {
+            notify_and_see_nothing(&p);
+            continue;
+        }
+        reused += 1;
+        let new = p.register_waitable(&new_ev, 2).unwrap();
+        assert_eq!(new.index(), old.index(), "trial {trial}");
+        p.arm(new, Interest::READABLE).unwrap();
+        notify_and_see_nothing(&p);
+        set(&new_ev);
+        let e = one(&p);
+        assert_eq!((e.token(), e.key()), (new, 2), "trial {trial}");
+        p.deregister(new).unwrap();
+    }
+    assert!(reused > 0, "no trial reused the number");
+}
+
+#[test]
+fn an_event_closed_while_armed_leaves_no_wait_on_its_number() {
+    // The caller closes an armed event without a deregister (safe code:
+    // `register_waitable` only borrows it), and the number comes back as an
+    // auto-reset event the poller was never given. The poller's wait must
+    // not consume that event's signals: it waits on a handle of its own, not
+    // on the number.
+    let p = Poller::new().unwrap();
+    let mut reused = 0;
+    for trial in 0..TRIALS {
+        let old_ev = event(true);
+        let value = old_ev.as_raw_handle();
+        let old = p.register_waitable(&old_ev, 1).unwrap();
+        p.arm(old, Interest::READABLE).unwrap();
+        drop(old_ev);
+        let other = event(false);
+        if other.as_raw_handle() == value {
+            reused += 1;
+        }
+        for round in 0..3 {
+            set(&other);
+            // Give a wait on the number every chance to take the signal: the
+            // pool's thread runs within this deliver's timeout.
+            let mut events = Events::with_capacity(8);
+            p.deliver(&mut events, Some(Duration::from_millis(20)))
+                .unwrap();
+            assert!(events.is_empty(), "trial {trial}: {events:?}");
+            assert!(
+                signaled(&other),
+                "trial {trial} round {round}: signal taken"
+            );
+        }
+        p.deregister(old).unwrap();
+        notify_and_see_nothing(&p);
+    }
+    assert!(reused > 0, "no trial reused the number");
+}
+
+// ---- the same socket twice ----
+
+#[test]
+fn a_socket_and_its_duplicate_are_two_registrations() {
+    // `try_clone` is WSADuplicateSocketW: another handle value for the same
+    // socket (under wine, the same base handle too). Each registration polls on
+    // its own and each gets its event; a deregister of one leaves the other.
+    let p = Poller::new().unwrap();
+    for trial in 0..TRIALS {
+        let (mut a, b) = tcp_pair();
+        let dup = b.try_clone().unwrap();
+        assert_ne!(dup.as_raw_socket(), b.as_raw_socket());
+        let t1 = p.register_with(&b, 1).unwrap();
+        let t2 = p.register_with(&dup, 2).unwrap();
+        assert_ne!(t1.index(), t2.index());
+        p.arm(t1, Interest::READABLE).unwrap();
+        p.arm(t2, Interest::READABLE).unwrap();
+        a.write_all(b"x").unwrap();
+        let mut keys = Vec::new();
+        let mut events = Events::with_capacity(8);
+        while keys.len() < 2 {
+            p.deliver(&mut events, LONG).unwrap();
+            keys.extend(events.iter().map(|e| e.key()));
+        }
+        keys.sort();
+        assert_eq!(keys, [1, 2], "trial {trial}");
+        p.deregister(t1).unwrap();
+        p.arm(t2, Interest::READABLE).unwrap();
+        assert_eq!(one(&p).token(), t2, "trial {trial}");
+        p.deregister(t2).unwrap();
+        notify_and_see_nothing(&p);
+        drop(dup);
+        drop(b);
+    }
+}
+
+// ---- deregister racing readiness ----
+
+#[test]
+fn a_deregister_racing_a_ready_socket_and_a_blocked_deliver() {
+    // A thread blocks in deliver; another makes the socket ready and
+    // deregisters it at the same moment. The deliver may report the event
+    // (accepted before the deregister took the slot) or not; once both are
+    // done, nothing more of it ever comes, and the socket closes at once.
+    let p = Arc::new(Poller::new().unwrap());
+    let (mut seen, mut missed) = (0, 0);
+    for trial in 0..TRIALS {
+        let (mut a, b) = tcp_pair();
+        let t = p.register_with(&b, trial).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        let waiter = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(8);
+                p.deliver(&mut events, LONG).unwrap();
+                events
+                    .iter()
+                    .map(|e| (e.token(), e.key()))
+                    .collect::<Vec<_>>()
+            })
+        };
+        until_waiters(&p, 1);
+        let go = Arc::new(Barrier::new(2));
+        let writer = {
+            let go = Arc::clone(&go);
+            thread::spawn(move || {
+                go.wait();
+                a.write_all(b"x").unwrap();
+                a
+            })
+        };
+        go.wait();
+        p.deregister(t).unwrap();
+        drop(b);
+        let _a = writer.join().unwrap();
+        p.notify().unwrap();
+        let got = waiter.join().unwrap();
+        match got.as_slice() {
+            [] => missed += 1,
+            [(tok, key)] => {
+                assert_eq!((*tok, *key), (t, trial), "trial {trial}");
+                seen += 1;
+            }
+            more => panic!("trial {trial}: {more:?}"),
+        }
+        if !got.is_empty() {
+            // The notify is still queued: take it.
+            notify_and_see_nothing(&p);
+        }
+        notify_and_see_nothing(&p);
+        assert!(p.is_empty());
+    }
+    assert_eq!(seen + missed, TRIALS);
+}
+
+#[test]
+fn a_set_racing_deregister_with_a_blocked_deliver() {
+    // The waitable side: a thread blocked in deliver, the event set while
+    // another thread deregisters. After both, no event of it comes.
+    let p = Arc::new(Poller::new().unwrap());
+    for trial in 0..TRIALS {
+        let ev = Arc::new(event(true));
+        let t = p.register_waitable(&*ev, trial).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        let waiter = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(8);
+                p.deliver(&mut events, LONG).unwrap();
+                events.iter().map(|e| e.token()).collect::<Vec<_>>()
+            })
+        };
+        until_waiters(&p, 1);
+        let go = Arc::new(Barrier::new(2));
+        let setter = {
+            let (ev, go) = (Arc::clone(&ev), Arc::clone(&go));
+            thread::spawn(move || {
+                go.wait();
+                set(&ev);
+            })
+        };
+        go.wait();
+        p.deregister(t).unwrap();
+        setter.join().unwrap();
+        drop(ev);
+        p.notify().unwrap();
+        let got = waiter.join().unwrap();
+        assert!(got.len() <= 1 && got.iter().all(|&x| x == t), "{got:?}");
+        if !got.is_empty() {
+            notify_and_see_nothing(&p);
+        }
+        notify_and_see_nothing(&p);
+    }
+}
+
+// ---- re-arm storms ----
+
+#[test]
+fn a_thousand_rearms_with_data_pending_leave_one_event_and_every_poll_drained() {
+    // Data is waiting, so every poll completes at once; each re-arm with the
+    // other interest issues a new poll and cancels the old one, whose packet is
+    // then dropped as stale. After the storm: one event for the last arming,
+    // and exactly one stale packet per superseded poll (none lost, none twice).
+    const ROUNDS: usize = 1000;
+    let p = Poller::new().unwrap();
+    let (mut a, b) = tcp_pair();
+    a.write_all(b"x").unwrap();
+    let t = p.register(&b).unwrap();
+    let before = p.stats();
+    for i in 0..ROUNDS {
+        let interest = if i % 2 == 0 {
+            Interest::READABLE
+        } else {
+            Interest::WRITABLE
+        };
+        p.arm(t, interest).unwrap();
+        if i % 4 == 3 {
+            // Disarm and arm again at once, with the same interest.
+            p.disarm(t).unwrap();
+            p.arm(t, interest).unwrap();
+        }
+    }
+    // The last arming is WRITABLE (ROUNDS is even): its event, then nothing.
+    let e = one(&p);
+    assert_eq!(e.token(), t);
+    assert!(e.is_writable() && !e.is_readable(), "{e:?}");
+    notify_and_see_nothing(&p);
+    let s = p.stats().since(&before);
+    let polls = s.adds + s.modifies;
+    assert_eq!(s.adds, 1);
+    assert_eq!(s.quiets, (ROUNDS / 4) as u64);
+    assert_eq!(polls, (ROUNDS + ROUNDS / 4) as u64, "{s:?}");
+    assert_eq!(
+        s.stale,
+        polls - 1,
+        "one stale packet per superseded poll: {s:?}"
+    );
+    // And the socket still works: the data is there.
+    p.arm(t, Interest::READABLE).unwrap();
+    assert!(one(&p).is_readable());
+    let mut buf = [0u8; 4];
+    assert_eq!((&b).read(&mut buf).unwrap(), 1);
+    p.deregister(t).unwrap();
+}
+
+#[test]
+fn waitable_rearm_storm_delivers_once_per_arming() {
+    // A manual-reset event stays set: every arming fires; a re-arm before its
+    // packet is dequeued drops the old one as stale.
+    const ROUNDS: usize = 300;
+    let p = Poller::new().unwrap();
+    let ev = event(true);
+    set(&ev);
+    let t = p.register_waitable(&ev, 9).unwrap();
+    let before = p.stats();
+    for _ in 0..ROUNDS {
+        p.arm(t, Interest::READABLE).unwrap();
+        p.disarm(t).unwrap();
+    }
+    p.arm(t, Interest::READABLE).unwrap();
+    let e = one(&p);
+    assert_eq!((e.token(), e.key()), (t, 9));
+    notify_and_see_nothing(&p);
+    let s = p.stats().since(&before);
+    assert!(s.stale <= ROUNDS as u64, "{s:?}");
+    p.deregister(t).unwrap();
+    notify_and_see_nothing(&p);
+}
+
+// ---- post storms ----
+
+#[test]
+fn a_post_storm_with_notifies_delivers_each_post_once_then_shutdown_wakes_all() {
+    const THREADS: usize = 4;
+    const POSTS: usize = 2000;
+    let p = Arc::new(Poller::new().unwrap());
+    let seen = Arc::new(Mutex::new(HashMap::<usize, usize>::new()));
+    let total = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (p, seen, total) = (Arc::clone(&p), Arc::clone(&seen), Arc::clone(&total));
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(3);
+                loop {
+                    p.deliver(&mut events, LONG).unwrap();
+                    for e in events.iter() {
+                        assert!(e.is_posted(), "{e:?}");
+                        *seen.lock().unwrap().entry(e.key()).or_default() += 1;
+                        total.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if events.is_shutdown() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    let posters: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                for j in 0..POSTS {
+                    p.post(i * POSTS + j, Interest::READABLE).unwrap();
+                    if j % 7 == 0 {
+                        p.notify().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in posters {
+        t.join().unwrap();
+    }
+    let start = Instant::now();
+    while total.load(Ordering::SeqCst) < THREADS * POSTS {
+        assert!(start.elapsed() < LONG.unwrap(), "posts lost");
+        thread::sleep(Duration::from_millis(1));
+    }
+    p.shutdown().unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), THREADS * POSTS);
+    assert!(seen.values().all(|&n| n == 1), "a post delivered twice");
+}
+
+// ---- the poller dropped under live waits ----
+
+#[test]
+fn a_poller_dropped_under_armed_auto_reset_events_leaves_their_signals() {
+    // After the drop no wait of it is left in the thread pool: a signal set
+    // afterwards is still there for its owner (an auto-reset event's would be
+    // consumed by a leftover wait), and no callback posts to a closed port.
+    for trial in 0..TRIALS {
+        let p = Poller::new().unwrap();
+        let evs: Vec<OwnedHandle> = (0..4).map(|_| event(false)).collect();
+        let (_a, b) = tcp_pair();
+        let ts = p.register(&b).unwrap();
+        p.arm(ts, Interest::READABLE).unwrap();
+        for (i, ev) in evs.iter().enumerate() {
+            let t = p.register_waitable(ev, i).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+        drop(p);
+        for ev in &evs {
+            set(ev);
+        }
+        for (i, ev) in evs.iter().enumerate() {
+            assert!(signaled(ev), "trial {trial}: event {i}'s signal taken");
+        }
+    }
+}
+
+// ---- bad input ----
+
+#[test]
+fn an_event_a_pipe_and_a_closed_handle_are_not_sockets() {
+    use std::os::windows::io::RawSocket;
+    let p = Poller::new().unwrap();
+    let ev = event(true);
+    // A child's stdin and stdout: the two ends of anonymous pipes.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--list")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (r, w) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let closed = {
+        let (_a, b) = tcp_pair();
+        b.as_raw_socket()
+    };
+    for h in [
+        ev.as_raw_handle() as RawSocket,
+        r.as_raw_handle() as RawSocket,
+        w.as_raw_handle() as RawSocket,
+        closed,
+    ] {
+        // SAFETY: the poller only queries the value (the query fails).
+        let e = unsafe { p.register_raw(h) }.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{h:#x}: {e}");
+        assert!(e.to_string().contains("not a socket"), "{e}");
+    }
+    assert!(p.is_empty());
+    drop((r, w));
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_socket_is_not_a_waitable_handle() {
+    // A socket handle can be waited on (a file object), but what signals it is
+    // no readiness the caller can use: `register` is for sockets.
+    let p = Poller::new().unwrap();
+    let (_a, b) = tcp_pair();
+    let h = b.as_raw_socket() as RawHandle;
+    // SAFETY: `b` is open for the call.
+    let e = unsafe { p.register_waitable_raw(h, 0) }.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("socket"), "{e}");
+    assert!(p.is_empty());
+}
+
+#[test]
+fn a_token_of_another_poller_is_not_found_here() {
+    let (p, q) = (Poller::new().unwrap(), Poller::new().unwrap());
+    let (_a, b) = tcp_pair();
+    let t = p.register(&b).unwrap();
+    for r in [q.arm(t, Interest::READABLE), q.disarm(t), q.deregister(t)] {
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+    // q registering the same socket makes a token of its own.
+    let u = q.register(&b).unwrap();
+    assert_ne!(t, u);
+    p.arm(t, Interest::WRITABLE).unwrap();
+    q.arm(u, Interest::WRITABLE).unwrap();
+    assert_eq!(one(&p).token(), t);
+    assert_eq!(one(&q).token(), u);
+}
+
+#[test]
+fn edge_capacities_and_timeouts() {
+    let p = Poller::new().unwrap();
+    // Capacity 0 is 1: no event is dropped for want of room.
+    let mut events = Events::with_capacity(0);
+    assert_eq!(events.capacity(), 1);
+    for key in [1, 2, 3] {
+        p.post(key, Interest::WRITABLE).unwrap();
+    }
+    let mut keys = Vec::new();
+    for _ in 0..3 {
+        assert_eq!(p.deliver(&mut events, LONG).unwrap(), 1);
+        keys.push(events.iter().next().unwrap().key());
+    }
+    assert_eq!(keys, [1, 2, 3]);
+    // The largest capacity takes what is queued, and no more.
+    let mut big = Events::with_capacity(usize::MAX);
+    p.post(usize::MAX, Interest::BOTH).unwrap();
+    assert_eq!(p.deliver(&mut big, LONG).unwrap(), 1);
+    assert_eq!(big.iter().next().unwrap().key(), usize::MAX);
+    // A nanosecond waits (at least a millisecond) and returns empty; a wait
+    // of Duration::MAX returns for a queued post.
+    let (n, s) = delta(&p, || {
+        p.deliver(&mut events, Some(Duration::from_nanos(1)))
+            .unwrap()
+    });
+    assert_eq!(n, 0);
+    assert!(!events.is_notified());
+    assert!(s.waits >= 1);
+    p.post(7, Interest::READABLE).unwrap();
+    assert_eq!(p.deliver(&mut events, Some(Duration::MAX)).unwrap(), 1);
+    assert_eq!(events.iter().next().unwrap().key(), 7);
+}
+
+#[test]
+fn more_completions_than_capacity_lose_none() {
+    // Sockets, events and posts, more than a wait's batch of 256 in all, taken
+    // 3 at a time: each exactly once.
+    const SOCKETS: usize = 16;
+    const EVENTS: usize = 16;
+    const POSTS: usize = 300;
+    let p = Poller::new().unwrap();
+    let pairs: Vec<_> = (0..SOCKETS).map(|_| tcp_pair()).collect();
+    let evs: Vec<OwnedHandle> = (0..EVENTS).map(|_| event(true)).collect();
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        let t = p.register_with(b, 1_000 + i).unwrap();
+        (&*a).write_all(b"x").unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+    }
+    for (i, ev) in evs.iter().enumerate() {
+        let t = p.register_waitable(ev, 2_000 + i).unwrap();
+        set(ev);
+        p.arm(t, Interest::READABLE).unwrap();
+    }
+    for i in 0..POSTS {
+        p.post(3_000 + i, Interest::READABLE).unwrap();
+    }
+    let mut seen = HashMap::<usize, usize>::new();
+    let mut events = Events::with_capacity(3);
+    while seen.len() < SOCKETS + EVENTS + POSTS {
+        let n = p.deliver(&mut events, LONG).unwrap();
+        assert!((1..=3).contains(&n), "{n}");
+        for e in events.iter() {
+            *seen.entry(e.key()).or_default() += 1;
+        }
+    }
+    assert!(seen.values().all(|&n| n == 1));
+    notify_and_see_nothing(&p);
+    assert_eq!(p.stats().stale, 0);
+}
