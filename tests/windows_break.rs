@@ -659,3 +659,95 @@ fn more_completions_than_capacity_lose_none() {
     notify_and_see_nothing(&p);
     assert_eq!(p.stats().stale, 0);
 }
+
+// ---- a number reused by the other kind ----
+
+#[test]
+fn a_closed_sockets_number_reused_by_an_event_and_back() {
+    // Handles and sockets share the value space. A socket closed while armed,
+    // its number given to an event: the event's registration supersedes the
+    // socket's, whose completion (LOCAL_CLOSE) is never delivered. Then that
+    // event closed while armed, its number given to a socket: the same.
+    let p = Poller::new().unwrap();
+    let (mut to_event, mut to_socket) = (0, 0);
+    for trial in 0..TRIALS {
+        let (_a, b) = tcp_pair();
+        let value = b.as_raw_socket();
+        let ts = p.register_with(&b, 1).unwrap();
+        p.arm(ts, Interest::READABLE).unwrap();
+        drop(b);
+        let mut kept = Vec::new();
+        let ev = loop {
+            let ev = event(true);
+            if ev.as_raw_handle() as u64 == value || kept.len() == 8 {
+                break ev;
+            }
+            kept.push(ev);
+        };
+        drop(kept);
+        if ev.as_raw_handle() as u64 != value {
+            p.deregister(ts).unwrap();
+            notify_and_see_nothing(&p);
+            continue;
+        }
+        to_event += 1;
+        let te = p.register_waitable(&ev, 2).unwrap();
+        assert_eq!(te.index(), ts.index());
+        p.arm(te, Interest::READABLE).unwrap();
+        notify_and_see_nothing(&p);
+        set(&ev);
+        assert_eq!(one(&p).key(), 2, "trial {trial}");
+        // Armed again (still set: it fires at once), then closed.
+        p.arm(te, Interest::READABLE).unwrap();
+        drop(ev);
+        let Some((mut a2, b2)) = pair_with_value(value) else {
+            p.deregister(te).unwrap();
+            notify_and_see_nothing(&p);
+            continue;
+        };
+        to_socket += 1;
+        let t2 = p.register_with(&b2, 3).unwrap();
+        p.arm(t2, Interest::READABLE).unwrap();
+        notify_and_see_nothing(&p);
+        a2.write_all(b"x").unwrap();
+        let e = one(&p);
+        assert_eq!((e.token(), e.key()), (t2, 3), "trial {trial}");
+        p.deregister(t2).unwrap();
+        assert!(p.is_empty());
+    }
+    assert!(to_event > 0 && to_socket > 0, "{to_event} {to_socket}");
+}
+
+#[test]
+fn two_hundred_armed_events_all_fire() {
+    // More waits than one wait thread of the pool serves (wine: 63 per
+    // bucket, MAXIMUM_WAIT_OBJECTS less one).
+    const N: usize = 200;
+    let p = Poller::new().unwrap();
+    let evs: Vec<OwnedHandle> = (0..N).map(|_| event(false)).collect();
+    let ts: Vec<_> = evs
+        .iter()
+        .enumerate()
+        .map(|(i, ev)| {
+            let t = p.register_waitable(ev, i).unwrap();
+            p.arm(t, Interest::READABLE).unwrap();
+            t
+        })
+        .collect();
+    for ev in evs.iter().rev() {
+        set(ev);
+    }
+    let mut seen = vec![0; N];
+    let mut events = Events::with_capacity(64);
+    while seen.iter().sum::<usize>() < N {
+        p.deliver(&mut events, LONG).unwrap();
+        for e in events.iter() {
+            assert_eq!(e.token(), ts[e.key()]);
+            seen[e.key()] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1));
+    // Each auto-reset event's signal was consumed by its one wait.
+    assert!(evs.iter().all(|ev| !signaled(ev)));
+    notify_and_see_nothing(&p);
+}
