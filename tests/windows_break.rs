@@ -751,3 +751,43 @@ fn two_hundred_armed_events_all_fire() {
     assert!(evs.iter().all(|ev| !signaled(ev)));
     notify_and_see_nothing(&p);
 }
+
+#[test]
+fn a_waitable_closed_before_its_first_arm_is_invalid_input_at_the_arm() {
+    // Only the first arm duplicates the handle: closed by then, the arm fails
+    // with a clear error and the registration stays, unarmed. (Another test's
+    // thread may take the freed number first; the arm then duplicates that
+    // handle, which is the documented reuse, so such a trial only deregisters.)
+    let p = Poller::new().unwrap();
+    let mut refused = 0;
+    for trial in 0..TRIALS {
+        let ev = event(true);
+        let t = p.register_waitable(&ev, trial).unwrap();
+        drop(ev);
+        let (r, s) = delta(&p, || p.arm(t, Interest::READABLE));
+        if let Err(e) = r {
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+            assert!(e.to_string().contains("is closed"), "{e}");
+            assert_eq!(s.ctl_calls, 1, "the DuplicateHandle only: {s:?}");
+            assert_eq!(p.len(), 1);
+            refused += 1;
+        }
+        p.deregister(t).unwrap();
+        assert!(p.is_empty());
+    }
+    assert!(refused > 0);
+    notify_and_see_nothing(&p);
+}
+
+#[test]
+fn a_pseudo_handle_is_past_the_table() {
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetCurrentThread};
+    let p = Poller::new().unwrap();
+    // SAFETY: pseudo-handles are always valid in their process/thread.
+    for h in unsafe { [GetCurrentProcess(), GetCurrentThread()] } {
+        // SAFETY: as above; the poller refuses the value.
+        let e = unsafe { p.register_waitable_raw(h as RawHandle, 0) }.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+    assert!(p.is_empty());
+}

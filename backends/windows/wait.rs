@@ -198,7 +198,14 @@ fn duplicate(h: HANDLE) -> Result<Object, KernelError> {
     if ok == 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(ERROR_INVALID_HANDLE as i32) {
-            return Err(KernelError::BadFd);
+            return Err(KernelError::Other(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pollshot arm: waitable handle {:#x} is closed (DuplicateHandle: {e}); \
+                     it must stay open until the first arm",
+                    h as usize
+                ),
+            )));
         }
         return Err(KernelError::Other(e));
     }
@@ -283,8 +290,8 @@ impl Waits {
     /// previous arming if there is one, then starts a new one on the
     /// registration's duplicate of `object`. One DuplicateHandle (the first arm
     /// only), one UnregisterWaitEx (if a wait was left) and one
-    /// RegisterWaitForSingleObject, each counted as a `ctl_call`; `BadFd` when
-    /// the first arm finds `object` closed.
+    /// RegisterWaitForSingleObject, each counted as a `ctl_call`;
+    /// `InvalidInput` when the first arm finds `object` closed.
     pub(crate) fn arm(
         &self,
         port: HANDLE,
