@@ -850,3 +850,33 @@ fn rearms_racing_two_delivering_threads_account_for_every_poll_once() {
     assert!(s.adds + s.modifies >= (ROUNDS / 3) as u64, "{s:?}");
     p.deregister(t).unwrap();
 }
+
+#[test]
+fn closing_one_handle_of_a_duplicated_socket_leaves_the_other_registration() {
+    // The socket lives on through its other handle: a registration of that
+    // handle sees no close, and the socket's data later.
+    let p = Poller::new().unwrap();
+    for trial in 0..TRIALS {
+        let (mut a, b) = tcp_pair();
+        let dup = b.try_clone().unwrap();
+        let t = p.register(&dup).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        drop(b);
+        let mut events = Events::with_capacity(8);
+        p.notify().unwrap();
+        p.deliver(&mut events, LONG).unwrap();
+        assert!(
+            events.is_empty(),
+            "trial {trial}: before any data: {events:?}"
+        );
+        a.write_all(b"x").unwrap();
+        let e = one(&p);
+        assert!(
+            e.is_readable() && !e.is_read_closed(),
+            "trial {trial}: {e:?}"
+        );
+        let mut buf = [0u8; 4];
+        assert_eq!((&dup).read(&mut buf).unwrap(), 1);
+        p.deregister(t).unwrap();
+    }
+}
