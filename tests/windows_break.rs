@@ -880,3 +880,89 @@ fn closing_one_handle_of_a_duplicated_socket_leaves_the_other_registration() {
         p.deregister(t).unwrap();
     }
 }
+
+// ---- handles the poller owns ----
+
+/// A new manual-reset event named `name` (this process's own namespace).
+fn named_event(name: &str) -> OwnedHandle {
+    let wide: Vec<u16> = name.encode_utf16().chain([0]).collect();
+    // SAFETY: no attributes; `wide` is a live NUL-terminated name; the handle
+    // returned is ours.
+    let h = unsafe { CreateEventW(ptr::null(), 1, 0, wide.as_ptr()) };
+    assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
+    // SAFETY: a new handle nothing else owns.
+    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
+}
+
+/// Whether an event named `name` still exists: some handle to it is open
+/// (OpenEventW finds a named object only while it has a handle).
+fn exists(name: &str) -> bool {
+    use windows_sys::Win32::Foundation::CloseHandle;
+    use windows_sys::Win32::System::Threading::{OpenEventW, SYNCHRONIZATION_SYNCHRONIZE};
+    let wide: Vec<u16> = name.encode_utf16().chain([0]).collect();
+    // SAFETY: `wide` is a live NUL-terminated name.
+    let h = unsafe { OpenEventW(SYNCHRONIZATION_SYNCHRONIZE, 0, wide.as_ptr()) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: the handle just opened is ours.
+    unsafe { CloseHandle(h) };
+    true
+}
+
+#[test]
+fn waitable_registrations_close_every_duplicate_they_make() {
+    // The poller's duplicate keeps the object alive until the registration
+    // ends, and not a moment longer: once the caller's handle is closed too,
+    // the named object is gone (a leaked duplicate would keep it).
+    let p = Poller::new().unwrap();
+    let tag = std::process::id();
+    for trial in 0..TRIALS {
+        let name = |case: &str| format!("pollshot-break-{tag}-{trial}-{case}");
+        // Armed, fired, re-armed, deregistered, then closed.
+        let n = name("deregistered");
+        let ev = named_event(&n);
+        let t = p.register_waitable(&ev, 1).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        set(&ev);
+        assert_eq!(one(&p).token(), t);
+        p.arm(t, Interest::READABLE).unwrap();
+        p.deregister(t).unwrap();
+        drop(ev);
+        assert!(!exists(&n), "trial {trial}: {n}");
+        // Closed while armed: alive through the duplicate until deregister.
+        let n = name("closed-armed");
+        let ev = named_event(&n);
+        let t = p.register_waitable(&ev, 2).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        drop(ev);
+        assert!(exists(&n), "trial {trial}: the duplicate keeps {n}");
+        p.deregister(t).unwrap();
+        assert!(!exists(&n), "trial {trial}: {n}");
+        // Superseded by a registration of the same handle, armed both times.
+        let n = name("superseded");
+        let ev = named_event(&n);
+        let t = p.register_waitable(&ev, 3).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        let t2 = p.register_waitable(&ev, 4).unwrap();
+        p.arm(t2, Interest::READABLE).unwrap();
+        p.deregister(t2).unwrap();
+        drop(ev);
+        assert!(!exists(&n), "trial {trial}: {n}");
+    }
+    // The poller's drop closes what its armed registrations held.
+    let names: Vec<String> = (0..8)
+        .map(|i| format!("pollshot-break-{tag}-drop-{i}"))
+        .collect();
+    // All open at once (a handle closed at once would give its number to the
+    // next, superseding the registration).
+    let evs: Vec<OwnedHandle> = names.iter().map(|n| named_event(n)).collect();
+    for (i, ev) in evs.iter().enumerate() {
+        let t = p.register_waitable(ev, i).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+    }
+    drop(evs);
+    assert!(names.iter().all(|n| exists(n)));
+    drop(p);
+    assert!(names.iter().all(|n| !exists(n)));
+}
