@@ -966,3 +966,58 @@ fn waitable_registrations_close_every_duplicate_they_make() {
     drop(p);
     assert!(names.iter().all(|n| !exists(n)));
 }
+
+#[test]
+fn a_child_whose_handle_is_dropped_while_armed_still_reports_its_exit() {
+    // `Child`'s drop closes its process handle: the poller's wait is on its
+    // own duplicate, so the exit is still one event.
+    let p = Poller::new().unwrap();
+    for trial in 0..4 {
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--list", "--exact", "no-such-test"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = p.register_waitable(&child, trial).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        drop(child);
+        let e = one(&p);
+        assert_eq!((e.token(), e.key()), (t, trial));
+        p.deregister(t).unwrap();
+    }
+}
+
+#[test]
+fn a_handle_with_synchronize_access_only_is_enough() {
+    use windows_sys::Win32::Foundation::DuplicateHandle;
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, SYNCHRONIZATION_SYNCHRONIZE};
+    let p = Poller::new().unwrap();
+    let ev = event(true);
+    let mut h: HANDLE = ptr::null_mut();
+    // SAFETY: this process's pseudo-handle twice; `h` is a live out-parameter;
+    // the handle made is ours.
+    let ok = unsafe {
+        DuplicateHandle(
+            GetCurrentProcess(),
+            ev.as_raw_handle() as HANDLE,
+            GetCurrentProcess(),
+            &mut h,
+            SYNCHRONIZATION_SYNCHRONIZE,
+            0,
+            0,
+        )
+    };
+    assert_ne!(ok, 0, "DuplicateHandle: {}", io::Error::last_os_error());
+    // SAFETY: a new handle nothing else owns.
+    let sync_only = unsafe { OwnedHandle::from_raw_handle(h as RawHandle) };
+    let t = p.register_waitable(&sync_only, 5).unwrap();
+    let (_, s) = delta(&p, || p.arm(t, Interest::READABLE).unwrap());
+    assert_eq!(
+        s.ctl_calls, 2,
+        "DuplicateHandle, RegisterWaitForSingleObject"
+    );
+    drop(sync_only);
+    set(&ev);
+    assert_eq!(one(&p).key(), 5);
+    p.deregister(t).unwrap();
+}
