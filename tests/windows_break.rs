@@ -13,77 +13,23 @@
 //! queued before it, and must return no event.
 #![cfg(all(windows, feature = "stats"))]
 
+mod windows_common;
+
 use pollshot::{Events, Interest, Poller, Stats};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::windows::io::{AsRawHandle, AsRawSocket, FromRawHandle, OwnedHandle, RawHandle};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use windows_common::{
+    delta, event, notify_and_see_nothing, one, set, tcp_pair, until_waiters, LONG, TRIALS,
+};
 use windows_sys::Win32::Foundation::{HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT};
-use windows_sys::Win32::System::Threading::{CreateEventW, SetEvent, WaitForSingleObject};
-
-/// Trials of each racy scenario.
-const TRIALS: usize = 20;
-/// Long enough that only a lost event or a hang reaches it.
-const LONG: Option<Duration> = Some(Duration::from_secs(20));
-
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    for s in [&a, &b] {
-        s.set_nonblocking(true).unwrap();
-        s.set_nodelay(true).unwrap();
-    }
-    (a, b)
-}
-
-fn delta<R>(p: &Poller, f: impl FnOnce() -> R) -> (R, Stats) {
-    let before = p.stats();
-    let r = f();
-    (r, p.stats().since(&before))
-}
-
-/// One delivery of one event.
-fn one(p: &Poller) -> pollshot::Event {
-    let mut events = Events::with_capacity(8);
-    let n = p.deliver(&mut events, LONG).unwrap();
-    assert_eq!(n, 1, "one event: {events:?}");
-    *events.iter().next().unwrap()
-}
-
-/// A notify, then a deliver that must end on it with no event.
-fn notify_and_see_nothing(p: &Poller) {
-    p.notify().unwrap();
-    let mut events = Events::with_capacity(8);
-    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 0, "{events:?}");
-    assert!(events.is_notified());
-}
-
-fn until_waiters(p: &Poller, n: usize) {
-    let start = Instant::now();
-    while p.waiters() < n {
-        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn event(manual: bool) -> OwnedHandle {
-    // SAFETY: no attributes, no name; the handle returned is ours.
-    let h = unsafe { CreateEventW(ptr::null(), manual as i32, 0, ptr::null()) };
-    assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
-    // SAFETY: `h` is a new handle nothing else owns.
-    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
-}
-
-fn set(h: &OwnedHandle) {
-    // SAFETY: `h` is an open event handle.
-    assert_ne!(unsafe { SetEvent(h.as_raw_handle() as HANDLE) }, 0);
-}
+use windows_sys::Win32::System::Threading::{CreateEventW, WaitForSingleObject};
 
 /// Whether `h` is signaled now (a zero-timeout wait: consumes an auto-reset
 /// event's signal).
