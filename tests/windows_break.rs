@@ -967,3 +967,39 @@ fn a_handle_with_synchronize_access_only_is_enough() {
     assert_eq!(one(&p).key(), 5);
     p.deregister(t).unwrap();
 }
+
+#[test]
+fn arm_of_a_socket_registration_whose_number_is_now_an_event_is_wsaenotsock() {
+    // The socket was closed without a deregister and its number went to an
+    // event: the first arm finds no socket there, as for a closed one
+    // (`windows_closed.rs`), and says so the same way. Nothing is delivered.
+    let p = Poller::new().unwrap();
+    let mut reused = 0;
+    for trial in 0..TRIALS {
+        let (_a, b) = tcp_pair();
+        let value = b.as_raw_socket();
+        let t = p.register(&b).unwrap();
+        drop(b);
+        let mut kept = Vec::new();
+        let ev = loop {
+            let ev = event(true);
+            if ev.as_raw_handle() as u64 == value || kept.len() == 8 {
+                break ev;
+            }
+            kept.push(ev);
+        };
+        if ev.as_raw_handle() as u64 == value {
+            reused += 1;
+            let e = p.arm(t, Interest::READABLE).unwrap_err();
+            assert_eq!(
+                e.raw_os_error(),
+                Some(10038),
+                "trial {trial}: WSAENOTSOCK: {e}"
+            );
+            notify_and_see_nothing(&p);
+        }
+        p.deregister(t).unwrap();
+        drop((ev, kept));
+    }
+    assert!(reused > 0, "no trial reused the number");
+}

@@ -25,7 +25,9 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, NTSTATUS, STATUS_INVALID_HANDLE};
+use windows_sys::Win32::Foundation::{
+    CloseHandle, HANDLE, NTSTATUS, STATUS_INVALID_HANDLE, STATUS_OBJECT_TYPE_MISMATCH,
+};
 use windows_sys::Win32::Networking::WinSock::WSAENOTSOCK;
 use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
 
@@ -140,9 +142,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A refused poll, for the state machine.
+/// A refused poll, for the state machine. STATUS_INVALID_HANDLE (closed) and
+/// STATUS_OBJECT_TYPE_MISMATCH (the number is another kind of object's now: a
+/// socket closed without a deregister, its value given to an event; wine's
+/// server `poll_socket` looks the handle up as a socket, `get_handle_obj`
+/// with `sock_ops`, and answers this, as probed by `tests/windows_break.rs`)
+/// are both no socket there, as a closed one: `BadFd`.
 fn refused(status: NTSTATUS) -> KernelError {
-    if status == STATUS_INVALID_HANDLE {
+    if status == STATUS_INVALID_HANDLE || status == STATUS_OBJECT_TYPE_MISMATCH {
         KernelError::BadFd
     } else {
         KernelError::Other(afd::nt_io_error(status))
