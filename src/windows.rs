@@ -156,11 +156,11 @@ impl<B: Backend> Poller<B> {
     /// `handle` is borrowed for this call only: it should stay open until the
     /// first [`arm`](Self::arm), which duplicates it (an arm that finds it
     /// closed fails with `ErrorKind::InvalidInput`, and the registration stays,
-    /// unarmed). After that the poller waits
-    /// on its duplicate: closing `handle` while armed is safe and leaves the
-    /// object signalable until `deregister`, and the value's next owner is
-    /// never waited on. A registration of a handle value that is registered
-    /// already supersedes the old one.
+    /// unarmed). After that the poller waits on its duplicate: closing
+    /// `handle` while armed is safe and leaves the object signalable until
+    /// `deregister`, and the value's next owner is never waited on. A
+    /// registration of a handle value that is registered already supersedes
+    /// the old one.
     ///
     /// # Errors
     /// - `ErrorKind::InvalidInput`: `handle` cannot be waited on: it is closed,
