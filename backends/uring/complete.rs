@@ -2,7 +2,7 @@
 //! remove's answer, a cancelled request to queue again, the private epoll's, a
 //! stale one, or the delivery of the current arming.
 
-use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
+use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, NONE, REMOVE, WAKER};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -17,6 +17,24 @@ use std::io;
 /// (`POLLRDHUP`, which the kernel adds to every poll request) is not about writing.
 pub(super) const WRITE_BITS: u32 =
     (libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) as u32;
+
+/// What a write-only arming answers: [`WRITE_BITS`] and urgent data.
+const ANSWERED: u32 = WRITE_BITS | libc::POLLPRI as u32;
+
+/// `POLLIN | POLLPRI | POLLOUT`: a completion with these bits alone (the usual
+/// one) is decoded by [`PLAIN_READINESS`].
+const PLAIN: u32 = (libc::POLLIN | libc::POLLPRI | libc::POLLOUT) as u32;
+
+/// [`Readiness::from_epoll`] of each combination of the [`PLAIN`] bits, by value.
+const PLAIN_READINESS: [Readiness; 8] = {
+    let mut t = [Readiness::EMPTY; 8];
+    let mut i = 0;
+    while i < 8 {
+        t[i] = Readiness::from_epoll(i as u32);
+        i += 1;
+    }
+    t
+};
 
 /// What a failed request reports: an error on both directions.
 pub(super) const FAILED: Readiness = Readiness::ERROR
@@ -34,33 +52,39 @@ impl Ring {
     /// Takes completions into `out` (at most `max` in all), handling the waker's,
     /// the removes' and cancelled ones; a flagged overflow is flushed while there is
     /// room. Returns whether completions are left in the queue.
+    #[inline(always)]
     pub(super) fn reap(
         &self,
         g: &mut Shared,
         out: &mut Vec<RawEvent>,
         max: usize,
     ) -> io::Result<bool> {
+        let before = out.len();
         loop {
             let mut rearm: Option<squeue::Entry> = None;
-            let mut left = false;
-            {
+            let left = {
                 // SAFETY: under the mutex: the only completion queue handle. It is
                 // dropped (its head synced) before anything else touches the ring.
                 let mut cq = unsafe { self.ring.completion_shared() };
-                while out.len() < max && rearm.is_none() {
+                while out.len() < max {
                     let Some(cqe) = cq.next() else { break };
                     g.reaped += 1;
-                    rearm = self.complete(g, &cqe, out, max);
+                    if !self.deliver_current(g, &cqe, out) {
+                        rearm = self.complete(g, &cqe, out, max);
+                        if rearm.is_some() {
+                            break;
+                        }
+                    }
                 }
-                if !cq.is_empty() {
-                    left = true;
-                }
-            }
+                !cq.is_empty()
+            };
             if let Some(entry) = rearm {
                 self.push(g, &entry).map_err(kernel_io)?;
                 continue;
             }
-            if left || out.len() >= max {
+            // A reap that took events leaves a flagged overflow to the next one
+            // (the flag stays set until flushed), which finds the queue empty.
+            if left || out.len() >= max || out.len() > before {
                 return Ok(left);
             }
             // SAFETY: under the mutex: the only submission queue handle; it only
@@ -69,29 +93,85 @@ impl Ring {
             if !overflow {
                 return Ok(false);
             }
-            // The kernel holds completions that did not fit: an enter with
-            // GETEVENTS moves them into the queue.
-            self.counters.one(Count::Wait);
-            // SAFETY: no argument structure is passed (a null pointer).
-            match unsafe {
-                self.ring.submitter().enter::<libc::sigset_t>(
-                    0,
-                    0,
-                    io_uring::EnterFlags::GETEVENTS.bits(),
-                    None,
-                )
-            } {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
-            }
+            self.flush_overflow()?;
         }
+    }
+
+    /// The kernel holds completions that did not fit: an enter with GETEVENTS
+    /// moves them into the queue.
+    #[cold]
+    #[inline(never)]
+    fn flush_overflow(&self) -> io::Result<()> {
+        self.counters.one(Count::Wait);
+        // SAFETY: no argument structure is passed (a null pointer).
+        match unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                0,
+                0,
+                io_uring::EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        } {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The common completion: the current request of a slot's arming by poll
+    /// request, fired with no error, for a readable arming or with a bit a
+    /// write-only one answers. Delivered into `out` (which has room) and `true`;
+    /// `false` (nothing done) for any other, which [`complete`](Self::complete)
+    /// routes.
+    #[inline(always)]
+    fn deliver_current(
+        &self,
+        g: &mut Shared,
+        cqe: &cqueue::Entry,
+        out: &mut Vec<RawEvent>,
+    ) -> bool {
+        let user_data = cqe.user_data();
+        let res = cqe.result();
+        let (slot, generation) = unpack64(user_data);
+        let i = slot as usize;
+        // The waker's, the removes' and the private epoll's (slot `u32::MAX`) are
+        // out of every table's range.
+        let Some(p) = g.pending.get_mut(i) else {
+            return false;
+        };
+        let bits = res as u32;
+        if p.user_data != user_data
+            || p.via_epoll
+            || res < 0
+            || bits & libc::POLLERR as u32 != 0
+            || (p.events & libc::POLLIN as u32 == 0 && bits & ANSWERED == 0)
+        {
+            return false;
+        }
+        // Idle (`Pending::idle`): neither `via_epoll` (tested above) nor `lost`
+        // (reset by every arm) is set on a slot with a request pending.
+        debug_assert!(!p.lost);
+        p.user_data = NONE;
+        p.events = 0;
+        p.older = 0;
+        self.settle(g, slot);
+        out.push(RawEvent {
+            slot,
+            stamp: generation,
+            readiness: if bits & !PLAIN == 0 {
+                PLAIN_READINESS[bits as usize]
+            } else {
+                Readiness::from_epoll(bits)
+            },
+        });
+        true
     }
 
     /// One completion, with room for it in `out` (at most `max` in all). Returns
     /// the entry to queue: again for a cancelled current request, or the poll on
     /// the private epoll instance.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     pub(super) fn complete(
         &self,
         g: &mut Shared,
@@ -163,8 +243,7 @@ impl Ring {
             return None;
         }
         let p = g.pending[slot as usize];
-        let answered = WRITE_BITS | libc::POLLPRI as u32;
-        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & answered == 0 {
+        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & ANSWERED == 0 {
             // A write-only arming completed with read-closed alone (the kernel adds
             // POLLRDHUP to every poll request): epoll would report nothing until
             // the socket is writable. The private epoll watches the rest of it.

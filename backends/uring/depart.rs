@@ -21,11 +21,11 @@
 //! reaps it and bumps the word (and bumps it whenever it leaves the kernel, so a
 //! deregister never waits on a word no leader will move).
 
+use super::lock::Guard;
 use super::ring::{Ring, Shared};
 use crate::state::KernelError;
 use crate::stats::Count;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 
 impl Ring {
     /// Waits until no poll request of `slot` is left (see the module docs). The
@@ -118,7 +118,7 @@ impl Ring {
 
     /// A thread that led (a wait's or a deregister's `io_uring_enter`) has left
     /// the kernel: one follower leads next, and waiting deregisters look again.
-    pub(super) fn left_kernel(&self, g: &MutexGuard<'_, Shared>) {
+    pub(super) fn left_kernel(&self, g: &Guard<'_, Shared>) {
         if g.followers > 0 {
             self.hand_over(g);
         }

@@ -7,9 +7,9 @@ use crate::stats::Count;
 use crate::token::pack64;
 use io_uring::{opcode, types};
 use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 
 impl Drop for Ring {
@@ -52,20 +52,41 @@ impl Drop for Submitters {
 
 thread_local! {
     static SUBMITTERS: Submitters = const { Submitters(RefCell::new(Vec::new())) };
+    /// The [`Ring::id`] this thread noted last (0: none): a thread that submits to
+    /// one ring again and again finds it here without walking its list. A plain
+    /// `Cell` without a destructor, so reading it costs no registration check.
+    static NOTED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Ring ids, from 1 on (0 is "none" in `NOTED`); never reused, so a ring dropped
+/// and another made at its address are told apart.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new ring's id.
+pub(super) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Ring {
     /// Records that this thread submits to this ring (see [`Submitters`]).
     #[inline(always)]
     pub(super) fn note_submitter(&self) {
+        if NOTED.get() != self.id {
+            self.note_submitter_slow();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_submitter_slow(&self) {
         // During the thread's own teardown the list is gone: nothing to record.
         let _ = SUBMITTERS.try_with(|list| {
             let mut list = list.0.borrow_mut();
-            if list.iter().any(|r| Weak::ptr_eq(r, &self.me)) {
-                return;
+            if !list.iter().any(|r| Weak::ptr_eq(r, &self.me)) {
+                list.retain(|r| r.strong_count() > 0);
+                list.push(self.me.clone());
             }
-            list.retain(|r| r.strong_count() > 0);
-            list.push(self.me.clone());
+            NOTED.set(self.id);
         });
     }
 

@@ -1,6 +1,7 @@
 //! Several waiters on one ring: the leader blocked in `io_uring_enter`, the
 //! followers on the hand-over futex, and the binary waker.
 
+use super::lock::Guard;
 use super::ring::{Ring, Shared, ENTRIES};
 use crate::backend::RawEvent;
 use crate::deadline::Countdown;
@@ -9,7 +10,6 @@ use io_uring::types;
 use rustix::io::Errno;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 use std::time::Duration;
 
 /// The longest single futex wait of a follower (the loop around it goes on).
@@ -63,6 +63,7 @@ impl Ring {
     }
 
     /// The wait: see the module docs. Returns whether it consumed a wake-up.
+    #[inline(always)]
     pub(super) fn wait(
         &self,
         out: &mut Vec<RawEvent>,
@@ -70,9 +71,44 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let max = max.max(1);
-        let deadline = Countdown::new(timeout);
-        self.note_submitter();
         let mut g = self.lock();
+        // The common case: completions already posted, and no wake-up or parked
+        // events to take first.
+        let reaped = !g.woken && g.parked.is_empty();
+        if reaped {
+            let left = self.reap(&mut g, out, max)?;
+            if !out.is_empty() {
+                return Ok(self.leave(g, false, left));
+            }
+            if timeout.is_none() && !g.leader {
+                // Nothing posted, no limit, no leader: lead one enter here, and
+                // take what it returned for (the loop in `wait_for` goes on
+                // where that is nothing this wait delivers).
+                g = self.lead(g, None, &Countdown::new(None))?;
+                if !g.woken && g.parked.is_empty() {
+                    let left = self.reap(&mut g, out, max)?;
+                    if !out.is_empty() {
+                        return Ok(self.leave(g, false, left));
+                    }
+                }
+                return self.wait_for(g, out, max, timeout, false);
+            }
+        }
+        self.wait_for(g, out, max, timeout, reaped)
+    }
+
+    /// The rest of [`wait`](Self::wait): `reaped`, the queue was found empty
+    /// under this hold of the mutex.
+    #[inline(never)]
+    fn wait_for<'a>(
+        &'a self,
+        mut g: Guard<'a, Shared>,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        mut reaped: bool,
+    ) -> io::Result<bool> {
+        let deadline = Countdown::new(timeout);
         let mut polls = 0u8;
         loop {
             let consumed = std::mem::replace(&mut g.woken, false);
@@ -81,7 +117,11 @@ impl Ring {
                 let n = g.parked.len().min(max.saturating_sub(out.len()));
                 out.extend(g.parked.drain(..n));
             }
-            let left = self.reap(&mut g, out, max)? || !g.parked.is_empty();
+            let left = if std::mem::replace(&mut reaped, false) {
+                false
+            } else {
+                self.reap(&mut g, out, max)?
+            } || !g.parked.is_empty();
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
             }
@@ -97,6 +137,7 @@ impl Ring {
                 }
                 polls += 1;
                 drop(g);
+                self.note_submitter();
                 let r = self.enter_nowait();
                 g = self.lock();
                 r?;
@@ -118,26 +159,42 @@ impl Ring {
                 }
                 continue;
             }
-            g.leader = true;
-            let posted = g.reaped + self.queued_completions(&g);
-            drop(g);
-            let r = self.enter(remaining);
             polls += 1;
-            g = self.lock();
-            g.leader = false;
-            g.kicked = false;
-            // A follower leads next, or takes what this one has no room for.
-            self.left_kernel(&g);
-            if r? > 0
-                && g.reaped + self.queued_completions(&g) == posted
-                && !g.woken
-                && !deadline.passed()
-            {
-                // It submitted, nothing was posted, and time is left: a signal
-                // ended the wait (the kernel answered the count, not EINTR).
-                return Err(io::Error::from_raw_os_error(libc::EINTR));
-            }
+            g = self.lead(g, remaining, &deadline)?;
         }
+    }
+
+    /// One `io_uring_enter` as the leader (no leader is in the kernel): it
+    /// submits what is queued and waits for a completion for at most
+    /// `remaining`. Returns the guard, taken again; `Interrupted` where a signal
+    /// ended the wait.
+    #[inline(always)]
+    fn lead<'a>(
+        &'a self,
+        mut g: Guard<'a, Shared>,
+        remaining: Option<Duration>,
+        deadline: &Countdown,
+    ) -> io::Result<Guard<'a, Shared>> {
+        g.leader = true;
+        let posted = g.reaped + self.queued_completions(&g);
+        drop(g);
+        self.note_submitter();
+        let r = self.enter(remaining);
+        let mut g = self.lock();
+        g.leader = false;
+        g.kicked = false;
+        // A follower leads next, or takes what this one has no room for.
+        self.left_kernel(&g);
+        if r? > 0
+            && g.reaped + self.queued_completions(&g) == posted
+            && !g.woken
+            && !deadline.passed()
+        {
+            // It submitted, nothing was posted, and time is left: a signal
+            // ended the wait (the kernel answered the count, not EINTR).
+            return Err(io::Error::from_raw_os_error(libc::EINTR));
+        }
+        Ok(g)
     }
 
     /// A follower's wait for a hand-over: until the `handoff` word moves on from
@@ -165,14 +222,14 @@ impl Ring {
 
     /// Wakes one follower (under the mutex, so a follower between reading the
     /// word and waiting on it sees the word move and does not block).
-    pub(super) fn hand_over(&self, _held: &MutexGuard<'_, Shared>) {
+    pub(super) fn hand_over(&self, _held: &Guard<'_, Shared>) {
         self.handoff.fetch_add(1, Ordering::Relaxed);
         let _ =
             rustix::thread::futex::wake(&self.handoff, rustix::thread::futex::Flags::PRIVATE, 1);
     }
 
     /// Completions in the queue, not yet taken (under the mutex).
-    pub(super) fn queued_completions(&self, _held: &MutexGuard<'_, Shared>) -> u64 {
+    pub(super) fn queued_completions(&self, _held: &Guard<'_, Shared>) -> u64 {
         // SAFETY: under the mutex: the only completion queue handle; it only reads
         // the queue's length.
         unsafe { self.ring.completion_shared() }.len() as u64
@@ -180,7 +237,8 @@ impl Ring {
 
     /// Returns from a wait: hands what is left (completions, notifies) to a
     /// follower, and submits what the reap queued if a leader is in the kernel.
-    pub(super) fn leave(&self, g: MutexGuard<'_, Shared>, consumed: bool, left: bool) -> bool {
+    #[inline(always)]
+    pub(super) fn leave(&self, g: Guard<'_, Shared>, consumed: bool, left: bool) -> bool {
         if left && g.followers > 0 {
             self.hand_over(&g);
         }

@@ -10,6 +10,7 @@
 //! - `ring.rs`: the ring and the state under its mutex (`Pending` per slot,
 //!   `Shared`), its creation (io_uring_setup(2), the waker's multishot poll) and the
 //!   one push into the submission queue;
+//! - `lock.rs`: the mutex over that state, a futex word without poisoning;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
 //!   submitted at once where a leader is blocked in the kernel;
 //! - `handover.rs`: the wait, the leader in `io_uring_enter`, the followers on the
@@ -27,6 +28,7 @@ mod depart;
 mod exit;
 mod half_closed;
 mod handover;
+mod lock;
 mod ring;
 mod submit;
 

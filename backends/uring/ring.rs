@@ -2,6 +2,7 @@
 //! leader's flags, the ring's creation (io_uring_setup(2), the waker's multishot
 //! poll) and the one push into the submission queue.
 
+use super::lock::{Guard, Lock};
 use crate::backend::RawEvent;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
@@ -11,7 +12,7 @@ use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
 pub(super) const WAKER: u64 = pack64(u32::MAX, 0);
@@ -140,13 +141,37 @@ impl Shared {
         self.inflight.get(slot as usize).copied().unwrap_or(0)
     }
 
-    #[inline]
+    /// The slot's pending request; `pending` and `inflight` grow together to hold
+    /// it, so that an index checked here is in bounds for both.
+    #[inline(always)]
     pub(super) fn slot(&mut self, slot: u32) -> &mut Pending {
         let i = slot as usize;
         if i >= self.pending.len() {
-            self.pending.resize(i + 1, IDLE);
+            self.grow(i);
         }
         &mut self.pending[i]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.pending.resize(i + 1, IDLE);
+        if self.inflight.len() <= i {
+            self.inflight.resize(i + 1, 0);
+        }
+    }
+
+    /// One more request of `slot` in flight.
+    #[inline(always)]
+    fn count_inflight(&mut self, slot: u32) {
+        let i = slot as usize;
+        match self.inflight.get_mut(i) {
+            Some(n) => *n += 1,
+            None => {
+                self.inflight.resize(i + 1, 0);
+                self.inflight[i] = 1;
+            }
+        }
     }
 }
 
@@ -159,7 +184,7 @@ pub(super) struct Ring {
     /// addresses may since hold other mappings (a new ring's), so dropping the ring
     /// only closes the child's copy of its descriptor.
     pub(super) abandoned: AtomicBool,
-    pub(super) shared: Mutex<Shared>,
+    pub(super) shared: Lock<Shared>,
     /// Followers wait on this word (futex(2)) for the leader's hand-over or a
     /// wake-up: bumped, under the mutex, by each. A futex wait, unlike a condition
     /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
@@ -181,6 +206,8 @@ pub(super) struct Ring {
     pub(super) counters: Arc<Counters>,
     /// This ring, for the submitters' lists.
     pub(super) me: Weak<Ring>,
+    /// This ring's id in the submitters' lists (`exit.rs`), unique in the process.
+    pub(super) id: u64,
 }
 
 pub(super) fn unsupported(what: &str) -> io::Error {
@@ -284,7 +311,7 @@ impl Ring {
         Ok(Arc::new_cyclic(|me| Ring {
             ring: ManuallyDrop::new(ring),
             abandoned: AtomicBool::new(false),
-            shared: Mutex::new(Shared::new()),
+            shared: Lock::new(Shared::new()),
             handoff: AtomicU32::new(0),
             departed: AtomicU32::new(0),
             forks: crate::fork::install(),
@@ -293,39 +320,46 @@ impl Ring {
             skip_success,
             counters,
             me: me.clone(),
+            id: super::exit::next_id(),
         }))
     }
 
     #[inline(always)]
-    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+    pub(super) fn lock(&self) -> Guard<'_, Shared> {
         // Every field is plain data updated in single assignments: a panic elsewhere
-        // cannot leave it half-written.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        // cannot leave it half-written, so the lock has no poisoning (`lock.rs`).
+        self.shared.lock()
     }
 
     /// Pushes under the mutex; a push that had to submit a full queue is counted.
     /// A poll request of a slot counts in the slot's `inflight` from here.
     #[inline(always)]
     pub(super) fn push(&self, g: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
-        match push_raw(&self.ring, entry) {
-            Ok(submitted) => {
-                if submitted {
-                    self.note_submitter();
-                    self.counters.one(Count::CtlCall);
-                }
-                let (slot, _) = unpack64(entry.get_user_data());
-                // The waker's, the removes' and the private epoll's: not a slot's.
-                if slot != u32::MAX {
-                    let i = slot as usize;
-                    if i >= g.inflight.len() {
-                        g.inflight.resize(i + 1, 0);
-                    }
-                    g.inflight[i] += 1;
-                }
-                Ok(())
-            }
-            Err(e) => Err(KernelError::Other(e)),
+        // SAFETY: under the mutex: the only submission queue handle, dropped (its
+        // tail synced) at the end of the statement. Poll and poll-remove entries
+        // refer to no memory of ours: nothing must outlive their submission.
+        let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
+        if !pushed {
+            self.push_full(entry)?;
         }
+        let (slot, _) = unpack64(entry.get_user_data());
+        // The waker's, the removes' and the private epoll's: not a slot's.
+        if slot != u32::MAX {
+            g.count_inflight(slot);
+        }
+        Ok(())
+    }
+
+    /// The queue is full: submit it to make room, then push (counted).
+    #[cold]
+    #[inline(never)]
+    fn push_full(&self, entry: &squeue::Entry) -> Result<(), KernelError> {
+        let submitted = push_raw(&self.ring, entry).map_err(KernelError::Other)?;
+        if submitted {
+            self.note_submitter();
+            self.counters.one(Count::CtlCall);
+        }
+        Ok(())
     }
 
     /// The entry that removes a pending request.

@@ -1,7 +1,7 @@
 //! Submission: the arm and the remove of one registration, queued under the
 //! mutex and submitted at once when a leader is blocked in the kernel.
 
-use super::ring::{fd_ref, Pending, Ring, IDLE, NONE};
+use super::ring::{fd_ref, Pending, Ring, Shared, IDLE, NONE};
 use crate::backend::Tag;
 use crate::interest::Interest;
 use crate::state::KernelError;
@@ -55,71 +55,118 @@ impl Ring {
         let user_data = pack64(tag.slot, tag.generation);
         let events = poll_events(interest);
         let leader = {
-            let mut g = self.lock();
-            let mut old = *g.slot(tag.slot);
-            if rearm && old.lost {
-                return Err(KernelError::NotFound);
-            }
-            if !rearm {
-                // A registration's first arm (or its number's check after a
-                // loss): what the slot knew of a socket no longer holds.
-                old.half_closed = false;
-            }
-            if old.user_data != NONE && !old.via_epoll {
-                let remove = self.remove_entry(old.user_data);
-                self.push(&mut g, &remove)?;
-            }
-            // A poll request would complete at once with read-closed.
-            let to_epoll = old.half_closed && events & libc::POLLIN as u32 == 0;
-            let now = if old.via_epoll && !to_epoll {
-                // Back to a poll request: the epoll entry must not report.
-                self.epoll_forget(&mut g, tag.slot, fd)?;
-                *g.slot(tag.slot)
+            let mut guard = self.lock();
+            let g = &mut *guard;
+            let p = g.slot(tag.slot);
+            let old = *p;
+            if old.lost || old.via_epoll || (rearm && old.half_closed) {
+                self.arm_rare(g, fd, tag, user_data, events, rearm)?
             } else {
-                old
-            };
-            let pending = Pending {
-                user_data,
-                fd,
-                events,
-                via_epoll: now.via_epoll,
-                ..now.idle()
-            };
-            let watched = to_epoll && {
-                *g.slot(tag.slot) = pending;
-                match self.epoll_watch(&mut g, tag.slot) {
-                    Ok(Some(poll)) => {
-                        self.push(&mut g, &poll)?;
-                        true
-                    }
-                    Ok(None) => return Ok(()),
-                    // epoll refuses the number: closed (EBADF) or reused by a
-                    // file it cannot poll (EPERM). A poll request does for it
-                    // what it does for any arming (-EBADF at submission, or an
-                    // always-ready completion), and the registration is no
-                    // longer known half-closed (a socket still half-closed
-                    // comes back here through its completion).
-                    Err(_) => false,
-                }
-            };
-            if !watched {
+                // The common case: a poll request, where none or one is pending.
+                // The slot is written first (the pushes touch only the queue and
+                // `inflight`), and put back if a push fails. What it knew of a
+                // half-closed socket no longer holds after a registration's first
+                // arm (`rearm` false); `lost` and `via_epoll` are false already.
+                p.user_data = user_data;
+                p.fd = fd;
+                p.events = events;
+                p.older = 0;
+                p.half_closed = false;
                 let entry = opcode::PollAdd::new(types::Fd(fd), events)
                     .build()
                     .user_data(user_data);
-                self.push(&mut g, &entry)?;
-                // After a refusal, the slot as `epoll_watch` left it (its entry
-                // may be there).
-                let now = *g.slot(tag.slot);
-                *g.slot(tag.slot) = Pending {
-                    via_epoll: false,
-                    in_epoll: pending.in_epoll || now.in_epoll,
-                    half_closed: pending.half_closed && !to_epoll,
-                    ..pending
+                let pushed = if old.user_data != NONE {
+                    let remove = self.remove_entry(old.user_data);
+                    self.push(g, &remove).and_then(|()| self.push(g, &entry))
+                } else {
+                    self.push(g, &entry)
                 };
+                if let Err(e) = pushed {
+                    *g.slot(tag.slot) = old;
+                    return Err(e);
+                }
+                g.leader
             }
-            g.leader
         };
         self.submit_for_leader(leader)
+    }
+
+    /// [`arm`](Self::arm) for a slot whose number the kernel reported closed, whose
+    /// arming the private epoll instance watches, or whose socket is known
+    /// half-closed. Returns whether to submit for a leader blocked in the kernel.
+    #[cold]
+    #[inline(never)]
+    fn arm_rare(
+        &self,
+        g: &mut Shared,
+        fd: RawFd,
+        tag: Tag,
+        user_data: u64,
+        events: u32,
+        rearm: bool,
+    ) -> Result<bool, KernelError> {
+        let mut old = *g.slot(tag.slot);
+        if rearm && old.lost {
+            return Err(KernelError::NotFound);
+        }
+        if !rearm {
+            // A registration's first arm (or its number's check after a
+            // loss): what the slot knew of a socket no longer holds.
+            old.half_closed = false;
+        }
+        if old.user_data != NONE && !old.via_epoll {
+            let remove = self.remove_entry(old.user_data);
+            self.push(g, &remove)?;
+        }
+        // A poll request would complete at once with read-closed.
+        let to_epoll = old.half_closed && events & libc::POLLIN as u32 == 0;
+        let now = if old.via_epoll && !to_epoll {
+            // Back to a poll request: the epoll entry must not report.
+            self.epoll_forget(g, tag.slot, fd)?;
+            *g.slot(tag.slot)
+        } else {
+            old
+        };
+        let pending = Pending {
+            user_data,
+            fd,
+            events,
+            via_epoll: now.via_epoll,
+            ..now.idle()
+        };
+        let watched = to_epoll && {
+            *g.slot(tag.slot) = pending;
+            match self.epoll_watch(g, tag.slot) {
+                Ok(Some(poll)) => {
+                    self.push(g, &poll)?;
+                    true
+                }
+                Ok(None) => return Ok(false),
+                // epoll refuses the number: closed (EBADF) or reused by a
+                // file it cannot poll (EPERM). A poll request does for it
+                // what it does for any arming (-EBADF at submission, or an
+                // always-ready completion), and the registration is no
+                // longer known half-closed (a socket still half-closed
+                // comes back here through its completion).
+                Err(_) => false,
+            }
+        };
+        if !watched {
+            let entry = opcode::PollAdd::new(types::Fd(fd), events)
+                .build()
+                .user_data(user_data);
+            self.push(g, &entry)?;
+            // After a refusal, the slot as `epoll_watch` left it (its entry
+            // may be there).
+            let now = *g.slot(tag.slot);
+            *g.slot(tag.slot) = Pending {
+                via_epoll: false,
+                in_epoll: pending.in_epoll || now.in_epoll,
+                half_closed: pending.half_closed && !to_epoll,
+                ..pending
+            };
+        }
+        Ok(g.leader)
     }
 
     /// Removes the slot's pending request or epoll entry, if any. A disarm
