@@ -47,6 +47,20 @@ fn pair_with_value(value: u64) -> Option<(TcpStream, TcpStream)> {
     None
 }
 
+/// A new event whose handle has value `value`, if one comes in a few tries
+/// (as [`pair_with_value`]); the events made on the way are closed.
+fn event_with_value(value: u64) -> Option<OwnedHandle> {
+    let mut kept = Vec::new();
+    for _ in 0..8 {
+        let ev = event(true);
+        if ev.as_raw_handle() as u64 == value {
+            return Some(ev);
+        }
+        kept.push(ev);
+    }
+    None
+}
+
 #[test]
 fn a_reused_socket_number_never_gets_the_old_sockets_completion() {
     // The old socket's poll has completed (data was waiting) when it is
@@ -419,20 +433,11 @@ fn a_closed_sockets_number_reused_by_an_event_and_back() {
         let ts = p.register_with(&b, 1).unwrap();
         p.arm(ts, Interest::READABLE).unwrap();
         drop(b);
-        let mut kept = Vec::new();
-        let ev = loop {
-            let ev = event(true);
-            if ev.as_raw_handle() as u64 == value || kept.len() == 8 {
-                break ev;
-            }
-            kept.push(ev);
-        };
-        drop(kept);
-        if ev.as_raw_handle() as u64 != value {
+        let Some(ev) = event_with_value(value) else {
             p.deregister(ts).unwrap();
             notify_and_see_nothing(&p);
             continue;
-        }
+        };
         to_event += 1;
         let te = p.register_waitable(&ev, 2).unwrap();
         assert_eq!(te.index(), ts.index());
@@ -562,15 +567,7 @@ fn arm_of_a_socket_registration_whose_number_is_now_an_event_is_wsaenotsock() {
         let value = b.as_raw_socket();
         let t = p.register(&b).unwrap();
         drop(b);
-        let mut kept = Vec::new();
-        let ev = loop {
-            let ev = event(true);
-            if ev.as_raw_handle() as u64 == value || kept.len() == 8 {
-                break ev;
-            }
-            kept.push(ev);
-        };
-        if ev.as_raw_handle() as u64 == value {
+        if let Some(_ev) = event_with_value(value) {
             reused += 1;
             let e = p.arm(t, Interest::READABLE).unwrap_err();
             assert_eq!(
@@ -581,7 +578,6 @@ fn arm_of_a_socket_registration_whose_number_is_now_an_event_is_wsaenotsock() {
             notify_and_see_nothing(&p);
         }
         p.deregister(t).unwrap();
-        drop((ev, kept));
     }
     assert!(reused > 0, "no trial reused the number");
 }
