@@ -33,8 +33,23 @@ impl<B: Backend> Poller<B> {
 
     /// [`register`](Self::register) with a key of the caller's that every event
     /// of this registration carries ([`Event::key`](crate::Event::key)), as on
-    /// Unix (see the Unix `register_with` for the guarantee: the key is never
-    /// delivered with an event of an earlier or later registration).
+    /// Unix. [`set_key`](Self::set_key) changes it.
+    ///
+    /// # The guarantee: a key is never stale
+    ///
+    /// An event carries the key its registration had when `deliver` accepted
+    /// the completion, and `deliver` accepts a completion only for the
+    /// registration's current arming (its slot and generation ride in the
+    /// completion), under the registration's lock. A completion of an earlier
+    /// registration of the same handle value, or of a poll that a
+    /// [`deregister`](Self::deregister), [`disarm`](Self::disarm) or re-arm
+    /// cancelled or replaced, is dropped as stale. So after `deregister(token)`
+    /// returns, no `deliver` returns this registration's key, and a runtime may
+    /// keep a pointer to its per-connection state in the key, alive until
+    /// `deregister` returns. One rule: a thread that deregisters a registration
+    /// that is still armed cannot know whether another thread's `deliver` has
+    /// just accepted its event, so it hands the state over (a reference count, or
+    /// a message to the thread that will see the event) instead of freeing it.
     ///
     /// # Errors
     /// As `register`.
