@@ -239,7 +239,11 @@ enum Holder {
 #[cfg(feature = "stats")]
 enum Kept {
     Dup(OwnedFd),
-    Child { pid: libc::pid_t, go: OwnedFd },
+    Child {
+        pid: libc::pid_t,
+        go: OwnedFd,
+        alone: std::sync::RwLockWriteGuard<'static, ()>,
+    },
 }
 
 #[cfg(feature = "stats")]
@@ -248,6 +252,8 @@ impl Holder {
         match self {
             Holder::Dup => Kept::Dup(rustix::io::dup(fd).expect("dup")),
             Holder::Child => {
+                // Until the child has closed what it inherited (`forking`).
+                let alone = forking();
                 let (go_r, go_w) = rustix::pipe::pipe().expect("pipe");
                 let keep = fd.as_fd().as_raw_fd();
                 let wait_on = go_r.as_raw_fd();
@@ -275,7 +281,11 @@ impl Holder {
                     }
                 }
                 drop(go_r);
-                Kept::Child { pid, go: go_w }
+                Kept::Child {
+                    pid,
+                    go: go_w,
+                    alone,
+                }
             }
         }
     }
@@ -286,9 +296,10 @@ impl Kept {
     fn release(self) {
         match self {
             Kept::Dup(fd) => drop(fd),
-            Kept::Child { pid, go } => {
+            Kept::Child { pid, go, alone } => {
                 drop(go); // EOF: the child exits
                 let status = wait_child(pid);
+                drop(alone);
                 assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
             }
         }
