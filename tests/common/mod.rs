@@ -199,7 +199,7 @@ pub fn wait_child(pid: libc::pid_t) -> libc::c_int {
 /// delivered so), its peer sees no EOF, its port stays bound. So no suite body
 /// runs while a test forks: each holds this lock shared ([`apart_from_forks`], what
 /// `suite!` runs), and a test that forks holds it exclusively ([`forking`]) from
-/// before its fork until its child has exited.
+/// before its fork until its child has exited or closed what it inherited.
 static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 thread_local! {
@@ -227,7 +227,8 @@ pub fn apart_from_forks(body: impl FnOnce()) {
 
 /// Waits until no other suite body runs and keeps new ones waiting until the
 /// guard drops; the calling body's own shared hold ([`apart_from_forks`]) is
-/// given up first. Take it before fork(2) and drop it after the child has exited.
+/// given up first. Take it before fork(2) and drop it once the child has exited
+/// or closed every inherited descriptor but its own test's.
 pub fn forking() -> std::sync::RwLockWriteGuard<'static, ()> {
     BODY_HOLD.with(|h| h.borrow_mut().take());
     FORKS
