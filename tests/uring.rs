@@ -133,7 +133,7 @@ mod uring_only {
     /// registration works again once the number names a descriptor.
     #[test]
     fn closed_before_submission_is_dropped_then_ebadf() {
-        const MIN_FD: i32 = 3300; // this test's own range, see `high_dup`
+        const MIN_FD: i32 = 3500; // this test's own range, see `high_dup`
         let p = poller::<Uring>();
         let (_a, b) = socketpair(); // `_a` open: `b` is not readable
         let x = crate::common::high_dup(&b, MIN_FD);
@@ -538,6 +538,9 @@ mod uring_only {
     /// with the reason. A forked child installs a seccomp filter that makes
     /// io_uring_setup fail with `errno`, then creates a poller.
     fn refused_with(errno: i32, needle: &str) {
+        // No suite body runs until the child has exited: it holds every
+        // descriptor of the process (`crate::common::forking`).
+        let _alone = crate::common::forking();
         // SAFETY: fork(2) from a multi-threaded test process; the child only makes
         // system calls, allocates through glibc's malloc (usable after fork) and
         // leaves with _exit(2).

@@ -361,6 +361,7 @@ fn p06_child<B: Backend>(
 /// fires in the child. The parent's registrations are untouched: the armed one
 /// still fires (once), the idle one stays quiet.
 pub fn case_p06_fork_child_reinit_parent_untouched<B: Backend>() {
+    let alone = forking(); // the child holds every descriptor of the process
     let mut p = poller::<B>();
     let (a, b) = socketpair();
     let (mut c, d) = socketpair();
@@ -384,6 +385,7 @@ pub fn case_p06_fork_child_reinit_parent_untouched<B: Backend>() {
         unsafe { libc::_exit(code) };
     }
     let status = wait_child(pid);
+    drop(alone);
     assert!(
         libc::WIFEXITED(status),
         "the child did not exit normally (status {status:#x})"
@@ -409,6 +411,7 @@ pub fn case_p06_fork_child_reinit_parent_untouched<B: Backend>() {
 /// parent's ring there, unmapped in the child: SIGSEGV), and the parent's arming
 /// still fires once. 20 trials.
 pub fn case_p06_fork_child_exit_leaves_the_poller_alone<B: Backend>() {
+    let _alone = forking(); // each child holds every descriptor of the process
     for trial in 0..super::wakeups::TRIALS {
         let p = poller::<B>();
         let (mut a, b) = socketpair();

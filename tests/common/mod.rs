@@ -170,7 +170,7 @@ macro_rules! suite {
             $(#[$attr])*
             #[test]
             fn $name() {
-                crate::common::$module::$name::<$backend>()
+                crate::common::apart_from_forks(crate::common::$module::$name::<$backend>)
             }
         )*
     };
@@ -189,6 +189,51 @@ pub fn wait_child(pid: libc::pid_t) -> libc::c_int {
         let e = io::Error::last_os_error();
         assert_eq!(e.kind(), io::ErrorKind::Interrupted, "waitpid: {e}");
     }
+}
+
+/// fork(2) copies every descriptor of the process into the child (close-on-exec
+/// acts only at an exec), and the child holds its copies until it closes them or
+/// exits: while it does, a description another test closes for the last time in
+/// this process stays open (`__fput`, which calls `eventpoll_release`, has not
+/// run). epoll then keeps its entry and reports it (P07's closed socket was
+/// delivered so), its peer sees no EOF, its port stays bound. So no suite body
+/// runs while a test forks: each holds this lock shared ([`apart_from_forks`], what
+/// `suite!` runs), and a test that forks holds it exclusively ([`forking`]) from
+/// before its fork until its child has exited or closed what it inherited.
+static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    /// The shared hold on [`FORKS`] of the suite body running on this thread.
+    static BODY_HOLD: std::cell::RefCell<Option<std::sync::RwLockReadGuard<'static, ()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `body` holding [`FORKS`] shared: no other test forks meanwhile, unless
+/// `body` itself calls [`forking`].
+pub fn apart_from_forks(body: impl FnOnce()) {
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            BODY_HOLD.with(|h| h.borrow_mut().take());
+        }
+    }
+    let hold = FORKS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    BODY_HOLD.with(|h| *h.borrow_mut() = Some(hold));
+    let _release = Release; // on return and on a panic
+    body();
+}
+
+/// Waits until no other suite body runs and keeps new ones waiting until the
+/// guard drops; the calling body's own shared hold ([`apart_from_forks`]) is
+/// given up first. Take it before fork(2) and drop it once the child has exited
+/// or closed every inherited descriptor but its own test's.
+pub fn forking() -> std::sync::RwLockWriteGuard<'static, ()> {
+    BODY_HOLD.with(|h| h.borrow_mut().take());
+    FORKS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How long an event that should arrive at once may take before it counts as

@@ -248,33 +248,54 @@ impl Holder {
         match self {
             Holder::Dup => Kept::Dup(rustix::io::dup(fd).expect("dup")),
             Holder::Child => {
+                // Until the child has closed what it inherited (`forking`).
+                let alone = forking();
                 let (go_r, go_w) = rustix::pipe::pipe().expect("pipe");
+                let (closed_r, closed_w) = rustix::pipe::pipe().expect("pipe");
                 let keep = fd.as_fd().as_raw_fd();
                 let wait_on = go_r.as_raw_fd();
+                let tell = closed_w.as_raw_fd();
                 // SAFETY: plain sysconf(3) query.
                 let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(256, 65536) as RawFd;
                 // SAFETY: fork(2) from a multi-threaded test process. The child
-                // only makes async-signal-safe calls (close(2), read(2),
-                // _exit(2)): it closes every inherited number but the held one
-                // and the pipe's read end (so it keeps no other test's
-                // descriptor open), waits until the parent closes the pipe, and
-                // leaves without running any destructor.
+                // only makes async-signal-safe calls (close(2), write(2),
+                // read(2), _exit(2)): it closes every inherited number but the
+                // held one and its two pipe ends (so it keeps no other test's
+                // descriptor open), says so on one pipe, waits until the parent
+                // closes the other, and leaves without running any destructor.
                 let pid = unsafe { libc::fork() };
                 assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
                 if pid == 0 {
                     // SAFETY: see above; the buffer is a local array.
                     unsafe {
                         for n in 3..max {
-                            if n != keep && n != wait_on {
+                            if n != keep && n != wait_on && n != tell {
                                 libc::close(n);
                             }
                         }
+                        libc::write(tell, b"c".as_ptr().cast(), 1);
+                        libc::close(tell);
+                        // Until EOF; an error but EINTR ends it with code 2 (a
+                        // failure, not a spin).
                         let mut byte = 0u8;
-                        while libc::read(wait_on, (&mut byte as *mut u8).cast(), 1) < 0 {}
+                        while libc::read(wait_on, (&mut byte as *mut u8).cast(), 1) < 0 {
+                            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                                libc::_exit(2);
+                            }
+                        }
                         libc::_exit(0);
                     }
                 }
-                drop(go_r);
+                drop((go_r, closed_w));
+                let mut byte = [0u8; 1];
+                let said = loop {
+                    match rustix::io::read(&closed_r, &mut byte) {
+                        Err(rustix::io::Errno::INTR) => continue,
+                        r => break r.expect("read"),
+                    }
+                };
+                assert_eq!(said, 1, "the child ended before closing what it inherited");
+                drop(alone);
                 Kept::Child { pid, go: go_w }
             }
         }
@@ -289,7 +310,11 @@ impl Kept {
             Kept::Child { pid, go } => {
                 drop(go); // EOF: the child exits
                 let status = wait_child(pid);
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "the holding child failed (status {status:#x}; exit code 2: its read \
+                     of the pipe failed)"
+                );
             }
         }
     }
