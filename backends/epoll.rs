@@ -246,12 +246,25 @@ impl Driver for Epoll {
         self.ctl(Count::Delete, r)
     }
 
-    #[inline(always)]
     fn wait(
         &self,
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        // (`wait_each` needs no scratch here: an empty `Vec` never allocates.)
+        self.wait_each(&mut Vec::new(), max, timeout, |ev| out.push(ev))
+    }
+
+    /// Hands each `epoll_event` to `each` straight from the stack buffer: no
+    /// copy into the poller's scratch.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        _scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        mut each: impl FnMut(RawEvent),
     ) -> io::Result<bool> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
         let len = max.clamp(1, BATCH);
@@ -267,7 +280,7 @@ impl Driver for Epoll {
                 continue;
             }
             let (slot, generation) = unpack64(data);
-            out.push(RawEvent {
+            each(RawEvent {
                 slot,
                 stamp: generation,
                 readiness: Readiness::from_epoll({ ev.flags }.bits()),

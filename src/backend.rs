@@ -156,6 +156,29 @@ pub trait Driver: Send + Sync + Sized + 'static {
         timeout: Option<Duration>,
     ) -> io::Result<bool>;
 
+    /// [`wait`](Self::wait), with each event appended handed to `each` instead
+    /// (in the kernel's order), so that the poller checks it against the table
+    /// straight from the kernel's buffer. Same timeouts, wake-ups, errors and
+    /// return value as `wait`; `scratch` is the poller's buffer for a backend that
+    /// needs one. The default is `wait` into `scratch` (cleared first), then
+    /// `each` on every event it appended, also when the wait fails; epoll
+    /// overrides it and reads its stack buffer of `epoll_event`s directly.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        mut each: impl FnMut(RawEvent),
+    ) -> io::Result<bool> {
+        scratch.clear();
+        let waited = self.wait(scratch, max, timeout);
+        for &ev in scratch.iter() {
+            each(ev);
+        }
+        waited
+    }
+
     /// The binary waker: after this call, at least one wait (blocked now, or the
     /// next one) returns `Ok(true)`. Wake-ups that no wait has seen yet may merge
     /// into one; the poller counts notifies above this (`src/wake.rs`).
