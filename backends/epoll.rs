@@ -2,7 +2,7 @@
 //!
 //! The documentation is on [`Epoll`], where rustdoc shows it.
 
-use crate::backend::{Backend, Driver, Tag};
+use crate::backend::{Backend, Driver, EventSink, Tag};
 use crate::error::classify;
 use crate::interest::Interest;
 use crate::readiness::{RawEvent, Readiness};
@@ -253,7 +253,7 @@ impl Driver for Epoll {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         // (`wait_each` needs no scratch here: an empty `Vec` never allocates.)
-        self.wait_each(&mut Vec::new(), max, timeout, |ev| out.push(ev))
+        self.wait_each(&mut Vec::new(), max, timeout, out)
     }
 
     /// Hands each `epoll_event` to `each` straight from the stack buffer: no
@@ -264,7 +264,7 @@ impl Driver for Epoll {
         _scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-        mut each: impl FnMut(RawEvent),
+        each: &mut impl EventSink,
     ) -> io::Result<bool> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
         let len = max.clamp(1, BATCH);
@@ -280,7 +280,7 @@ impl Driver for Epoll {
                 continue;
             }
             let (slot, generation) = unpack64(data);
-            each(RawEvent {
+            each.event(RawEvent {
                 slot,
                 stamp: generation,
                 readiness: Readiness::from_epoll({ ev.flags }.bits()),

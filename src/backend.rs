@@ -28,6 +28,21 @@ use std::time::Duration;
 /// or as a bound, as in `fn serve<B: pollshot::Backend>(p: &pollshot::Poller<B>)`.
 pub trait Backend: Driver {}
 
+/// Where [`Driver::wait_each`] hands a wait's kernel events, one call each (a
+/// trait rather than a closure, so that its method can be inlined always).
+pub trait EventSink {
+    /// Takes one kernel event.
+    fn event(&mut self, ev: RawEvent);
+}
+
+/// Appends each event.
+impl EventSink for Vec<RawEvent> {
+    #[inline(always)]
+    fn event(&mut self, ev: RawEvent) {
+        self.push(ev);
+    }
+}
+
 /// Who a kernel command is for: the slot, its incarnation and the arming generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
@@ -169,12 +184,12 @@ pub trait Driver: Send + Sync + Sized + 'static {
         scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-        mut each: impl FnMut(RawEvent),
+        each: &mut impl EventSink,
     ) -> io::Result<bool> {
         scratch.clear();
         let waited = self.wait(scratch, max, timeout);
         for &ev in scratch.iter() {
-            each(ev);
+            each.event(ev);
         }
         waited
     }

@@ -1,6 +1,6 @@
 //! [`Poller`]: the facade that joins the table, the state machine and a backend.
 
-use crate::backend::{Backend, RawEvent, Tag};
+use crate::backend::{Backend, EventSink, RawEvent, Tag};
 use crate::deadline::Countdown;
 use crate::error;
 use crate::event::{Event, Events, Readiness};
@@ -1033,6 +1033,23 @@ fn synthetic_readiness(interest: Interest) -> Readiness {
     r
 }
 
+/// One wait's kernel events, checked into the list of delivered events as the
+/// backend reads them ([`Poller::accept_one`]).
+struct Accept<'a, B: Backend> {
+    poller: &'a Poller<B>,
+    list: &'a mut Vec<Event>,
+    /// `Events` once the wait fetched any kernel event (current or stale).
+    fetched: Fetched,
+}
+
+impl<B: Backend> EventSink for Accept<'_, B> {
+    #[inline(always)]
+    fn event(&mut self, ev: RawEvent) {
+        self.fetched = Fetched::Events;
+        self.poller.accept_one(ev, self.list);
+    }
+}
+
 /// The loop of [`Poller::deliver`] (`wake::deliver`, shared with the loom model)
 /// runs on this poller's synthetic queue and backend.
 impl<B: Backend> Source for Poller<B> {
@@ -1055,12 +1072,17 @@ impl<B: Backend> Source for Poller<B> {
     fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
         let max = events.remaining();
         let (raw, list) = events.split();
-        let mut fetched = Fetched::Nothing;
-        let waited = self.backend.wait_each(raw, max, timeout, |ev| {
-            fetched = Fetched::Events;
-            self.accept_one(ev, list);
-        });
-        Ok(if waited? { Fetched::Woken } else { fetched })
+        let mut accept = Accept {
+            poller: self,
+            list,
+            fetched: Fetched::Nothing,
+        };
+        let waited = self.backend.wait_each(raw, max, timeout, &mut accept);
+        Ok(if waited? {
+            Fetched::Woken
+        } else {
+            accept.fetched
+        })
     }
 
     #[inline(always)]
