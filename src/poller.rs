@@ -587,9 +587,11 @@ impl<B: Backend> Poller<B> {
             return Err(error::unknown_token("arm", token));
         };
         let mut fb = Fallbacks::default();
-        let armed = live
-            .state
-            .arm(interest, &mut self.kernel_for(token), &mut fb);
+        // On a copy: the guard stays out of memory that the state machine's
+        // out-of-line paths take a reference to.
+        let mut state = live.state;
+        let armed = state.arm(interest, &mut self.kernel_for(token), &mut fb);
+        live.state = state;
         live.store();
         self.count_fallbacks(fb);
         let wake = match armed {
