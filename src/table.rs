@@ -490,9 +490,9 @@ impl Table {
     /// 8,128, two beyond.
     #[inline(always)]
     fn get(&self, index: usize) -> Option<(&Slot, &AtomicUsize)> {
-        if index >= MAX_SLOTS {
-            return None;
-        }
+        // (The small chunks first: below `PAGED`, `index` is below `MAX_SLOTS`
+        // too, and needs no second compare.)
+        const _: () = assert!(PAGED < MAX_SLOTS);
         if index < PAGED {
             // `place`'s small chunk, from the top bit of `index + FIRST`: chunk
             // `c` holds the indices whose `index + FIRST` has its top bit at
@@ -523,6 +523,9 @@ impl Table {
             // below `SLOTS_PER_BLOCK`. It is freed only by `drop`, which needs
             // `&mut self`, so it outlives this borrow of `self`.
             return Some(unsafe { slot_in(base, block * SLOTS_PER_BLOCK + s) });
+        }
+        if index >= MAX_SLOTS {
+            return None;
         }
         match place(index) {
             Place::Small(..) => None,
