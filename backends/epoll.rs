@@ -2,7 +2,7 @@
 //!
 //! The documentation is on [`Epoll`], where rustdoc shows it.
 
-use crate::backend::{Backend, Driver, Tag};
+use crate::backend::{Backend, Driver, EventSink, Tag};
 use crate::error::classify;
 use crate::interest::Interest;
 use crate::readiness::{RawEvent, Readiness};
@@ -246,12 +246,25 @@ impl Driver for Epoll {
         self.ctl(Count::Delete, r)
     }
 
-    #[inline(always)]
     fn wait(
         &self,
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        // (`wait_each` needs no scratch here: an empty `Vec` never allocates.)
+        self.wait_each(&mut Vec::new(), max, timeout, out)
+    }
+
+    /// Hands each `epoll_event` to `each` straight from the stack buffer: no
+    /// copy into the poller's scratch.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        _scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        each: &mut impl EventSink,
     ) -> io::Result<bool> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
         let len = max.clamp(1, BATCH);
@@ -267,7 +280,7 @@ impl Driver for Epoll {
                 continue;
             }
             let (slot, generation) = unpack64(data);
-            out.push(RawEvent {
+            each.event(RawEvent {
                 slot,
                 stamp: generation,
                 readiness: Readiness::from_epoll({ ev.flags }.bits()),

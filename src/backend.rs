@@ -28,6 +28,21 @@ use std::time::Duration;
 /// or as a bound, as in `fn serve<B: pollshot::Backend>(p: &pollshot::Poller<B>)`.
 pub trait Backend: Driver {}
 
+/// Where [`Driver::wait_each`] hands a wait's kernel events, one call each (a
+/// trait rather than a closure, so that its method can be inlined always).
+pub trait EventSink {
+    /// Takes one kernel event.
+    fn event(&mut self, ev: RawEvent);
+}
+
+/// Appends each event.
+impl EventSink for Vec<RawEvent> {
+    #[inline(always)]
+    fn event(&mut self, ev: RawEvent) {
+        self.push(ev);
+    }
+}
+
 /// Who a kernel command is for: the slot, its incarnation and the arming generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
@@ -155,6 +170,29 @@ pub trait Driver: Send + Sync + Sized + 'static {
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool>;
+
+    /// [`wait`](Self::wait), with each event appended handed to `each` instead
+    /// (in the kernel's order), so that the poller checks it against the table
+    /// straight from the kernel's buffer. Same timeouts, wake-ups, errors and
+    /// return value as `wait`; `scratch` is the poller's buffer for a backend that
+    /// needs one. The default is `wait` into `scratch` (cleared first), then
+    /// `each` on every event it appended, also when the wait fails; epoll
+    /// overrides it and reads its stack buffer of `epoll_event`s directly.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        each: &mut impl EventSink,
+    ) -> io::Result<bool> {
+        scratch.clear();
+        let waited = self.wait(scratch, max, timeout);
+        for &ev in scratch.iter() {
+            each.event(ev);
+        }
+        waited
+    }
 
     /// The binary waker: after this call, at least one wait (blocked now, or the
     /// next one) returns `Ok(true)`. Wake-ups that no wait has seen yet may merge

@@ -1,6 +1,6 @@
 //! [`Poller`]: the facade that joins the table, the state machine and a backend.
 
-use crate::backend::{Backend, RawEvent, Tag};
+use crate::backend::{Backend, EventSink, RawEvent, Tag};
 use crate::deadline::Countdown;
 use crate::error;
 use crate::event::{Event, Events, Readiness};
@@ -587,9 +587,11 @@ impl<B: Backend> Poller<B> {
             return Err(error::unknown_token("arm", token));
         };
         let mut fb = Fallbacks::default();
-        let armed = live
-            .state
-            .arm(interest, &mut self.kernel_for(token), &mut fb);
+        // On a copy: the guard stays out of memory that the state machine's
+        // out-of-line paths take a reference to.
+        let mut state = live.state;
+        let armed = state.arm(interest, &mut self.kernel_for(token), &mut fb);
+        live.state = state;
         live.store();
         self.count_fallbacks(fb);
         let wake = match armed {
@@ -730,56 +732,63 @@ impl<B: Backend> Poller<B> {
         wake::deliver(self, events, || countdown.left())
     }
 
-    /// Checks kernel events against the table; current ones are delivered. One
-    /// table access per event ([`Table::deliver`]).
-    #[inline(always)]
+    /// Checks kernel events against the table; current ones are delivered
+    /// ([`accept_one`](Self::accept_one) each).
+    #[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
     fn accept_into(&self, raw: &[RawEvent], events: &mut Vec<Event>) {
-        for ev in raw {
-            // A packet the user posted (Windows): no registration's, never stale.
-            #[cfg(windows)]
-            if ev.readiness.contains(Readiness::POSTED) {
+        for &ev in raw {
+            self.accept_one(ev, events);
+        }
+    }
+
+    /// Checks one kernel event against the table; a current one is delivered.
+    /// One table access ([`Table::deliver`]).
+    #[inline(always)]
+    fn accept_one(&self, ev: RawEvent, events: &mut Vec<Event>) {
+        // A packet the user posted (Windows): no registration's, never stale.
+        #[cfg(windows)]
+        if ev.readiness.contains(Readiness::POSTED) {
+            events.push(Event {
+                token: Token::POSTED,
+                key: crate::token::pack64(ev.slot, ev.stamp) as usize,
+                readiness: ev.readiness,
+            });
+            return;
+        }
+        // Current: the stamp names the arming in force (the generation), or
+        // the registration (the incarnation, where the table's phase
+        // decides). Only a current event may be merged into a delivery.
+        let delivery = if B::TAG_IS_GENERATION {
+            self.table
+                .deliver(ev.slot as usize, |generation, _| ev.stamp == generation)
+        } else {
+            self.table
+                .deliver(ev.slot as usize, |_, token| ev.stamp == stamp_of(token))
+        };
+        match delivery {
+            Delivery::Taken {
+                token,
+                interest,
+                key,
+            } => {
+                let t = Tag {
+                    slot: ev.slot,
+                    incarnation: token.incarnation(),
+                    generation: 0,
+                };
+                let fd = crate::raw::fd_at(ev.slot as usize);
+                self.backend.delivered(fd, t, interest, ev.readiness);
                 events.push(Event {
-                    token: Token::POSTED,
-                    key: crate::token::pack64(ev.slot, ev.stamp) as usize,
-                    readiness: ev.readiness,
-                });
-                continue;
-            }
-            // Current: the stamp names the arming in force (the generation), or
-            // the registration (the incarnation, where the table's phase
-            // decides). Only a current event may be merged into a delivery.
-            let delivery = if B::TAG_IS_GENERATION {
-                self.table
-                    .deliver(ev.slot as usize, |generation, _| ev.stamp == generation)
-            } else {
-                self.table
-                    .deliver(ev.slot as usize, |_, token| ev.stamp == stamp_of(token))
-            };
-            match delivery {
-                Delivery::Taken {
                     token,
-                    interest,
                     key,
-                } => {
-                    let t = Tag {
-                        slot: ev.slot,
-                        incarnation: token.incarnation(),
-                        generation: 0,
-                    };
-                    let fd = crate::raw::fd_at(ev.slot as usize);
-                    self.backend.delivered(fd, t, interest, ev.readiness);
-                    events.push(Event {
-                        token,
-                        key,
-                        readiness: ev.readiness.for_interest(interest),
-                    });
-                }
-                // kqueue: the other filter of a registration delivered in this
-                // same call is part of that delivery, not a stale event.
-                Delivery::Current(token)
-                    if B::SPLIT_FILTERS && Events::merge(events, token, ev.readiness) => {}
-                _ => self.backend.counters().one(Count::Stale),
+                    readiness: ev.readiness.for_interest(interest),
+                });
             }
+            // kqueue: the other filter of a registration delivered in this
+            // same call is part of that delivery, not a stale event.
+            Delivery::Current(token)
+                if B::SPLIT_FILTERS && Events::merge(events, token, ev.readiness) => {}
+            _ => self.backend.counters().one(Count::Stale),
         }
     }
 
@@ -1026,6 +1035,23 @@ fn synthetic_readiness(interest: Interest) -> Readiness {
     r
 }
 
+/// One wait's kernel events, checked into the list of delivered events as the
+/// backend reads them ([`Poller::accept_one`]).
+struct Accept<'a, B: Backend> {
+    poller: &'a Poller<B>,
+    list: &'a mut Vec<Event>,
+    /// `Events` once the wait fetched any kernel event (current or stale).
+    fetched: Fetched,
+}
+
+impl<B: Backend> EventSink for Accept<'_, B> {
+    #[inline(always)]
+    fn event(&mut self, ev: RawEvent) {
+        self.fetched = Fetched::Events;
+        self.poller.accept_one(ev, self.list);
+    }
+}
+
 /// The loop of [`Poller::deliver`] (`wake::deliver`, shared with the loom model)
 /// runs on this poller's synthetic queue and backend.
 impl<B: Backend> Source for Poller<B> {
@@ -1048,15 +1074,17 @@ impl<B: Backend> Source for Poller<B> {
     fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
         let max = events.remaining();
         let (raw, list) = events.split();
-        raw.clear();
-        let waited = self.backend.wait(raw, max, timeout);
-        let fetched = if raw.is_empty() {
-            Fetched::Nothing
-        } else {
-            self.accept_into(raw, list);
-            Fetched::Events
+        let mut accept = Accept {
+            poller: self,
+            list,
+            fetched: Fetched::Nothing,
         };
-        Ok(if waited? { Fetched::Woken } else { fetched })
+        let waited = self.backend.wait_each(raw, max, timeout, &mut accept);
+        Ok(if waited? {
+            Fetched::Woken
+        } else {
+            accept.fetched
+        })
     }
 
     #[inline(always)]

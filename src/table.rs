@@ -490,9 +490,9 @@ impl Table {
     /// 8,128, two beyond.
     #[inline(always)]
     fn get(&self, index: usize) -> Option<(&Slot, &AtomicUsize)> {
-        if index >= MAX_SLOTS {
-            return None;
-        }
+        // (The small chunks first: below `PAGED`, `index` is below `MAX_SLOTS`
+        // too, and needs no second compare.)
+        const _: () = assert!(PAGED < MAX_SLOTS);
         if index < PAGED {
             // `place`'s small chunk, from the top bit of `index + FIRST`: chunk
             // `c` holds the indices whose `index + FIRST` has its top bit at
@@ -500,25 +500,32 @@ impl Table {
             let n = index + FIRST;
             let top = n.ilog2();
             let chunk = (top - FIRST.trailing_zeros()) as usize;
-            // The chunk's size in slots, `LANES << small_line_bits(chunk)`.
-            let size = 1usize << top;
-            let offset = n ^ size;
-            debug_assert_eq!(place(index), Place::Small(chunk, offset));
-            debug_assert_eq!(size, LANES << small_line_bits(chunk));
+            debug_assert_eq!(place(index), Place::Small(chunk, n ^ (1 << top)));
+            debug_assert_eq!(1 << (top - 4), (1 << small_line_bits(chunk)) / BLOCK_LINES);
             let base = self.small[chunk].load(Ordering::Acquire);
             if base.is_null() {
                 return None;
             }
+            // `slot_at(base, small_line_bits(chunk), offset)` worked out from `n`
+            // (the chunk's `1 << top` slots are `1 << (top - 4)` blocks): the
+            // position `((offset << 3) & (size - 1)) | rotated` (see `position`)
+            // is block `(offset >> 1) % blocks`, and in it slot `(offset & 1) << 3 |
+            // rotated`, where `rotated` comes from the top three bits of `offset`.
+            // `n` has `offset`'s bits below `top`, and its bit `top` falls out of
+            // both masks, so `offset` is never formed.
+            let block = (n >> 1) & ((1 << (top - 4)) - 1);
+            let high = (n >> (top - 3)) & 7;
+            let s = (n & 1) << 3 | ((high * 9) >> 1) & 7;
             // SAFETY: a non-null small-chunk pointer was stored (release, read
             // here with acquire, so the lines' initialisation is visible) by
             // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
-            // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
-            // `FIRST << chunk` (it is below `1 << top`). It is freed only by
-            // `drop`, which needs `&mut self`, so it outlives this borrow of
-            // `self`.
-            // (`slot_at(base, small_line_bits(chunk), offset)`, with the
-            // chunk's size and shift from `top`.)
-            return Some(unsafe { slot_in(base, position(offset, size, top - 3)) });
+            // i.e. `1 << (top - 4)` blocks, and `block` is below that; `s` is
+            // below `SLOTS_PER_BLOCK`. It is freed only by `drop`, which needs
+            // `&mut self`, so it outlives this borrow of `self`.
+            return Some(unsafe { slot_in(base, block * SLOTS_PER_BLOCK + s) });
+        }
+        if index >= MAX_SLOTS {
+            return None;
         }
         match place(index) {
             Place::Small(..) => None,
