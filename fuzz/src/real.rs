@@ -717,6 +717,8 @@ impl<B: Backend> Harness<B> {
             | RealOp::ClosePeer { .. } => self.io(op),
             RealOp::Register { fd } => {
                 let Some(fd) = self.pick_fd(fd) else { return };
+                // A registration of the number already: superseded, deregistered.
+                let supersedes = self.sim.owners().iter().any(|o| o.alive && o.fd == fd);
                 let token = self
                     .poller
                     .register(&self.locals[&fd].fd)
@@ -724,7 +726,8 @@ impl<B: Backend> Harness<B> {
                 let owner = self.sim.register(fd);
                 assert_eq!(owner, self.tokens.len());
                 self.tokens.push(token);
-                self.counters("register", 0, 0, 0);
+                // io_uring: that deregister waits as `Deregister`'s does (below).
+                self.counters("register", u64::from(self.uring && supersedes), 0, 0);
             }
             RealOp::Arm { reg, interest } => {
                 let Some(o) = self.pick_reg(reg) else { return };
