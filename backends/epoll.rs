@@ -60,20 +60,34 @@ pub struct Epoll {
 
 impl Backend for Epoll {}
 
-#[inline]
+/// The flags an arm for `interest` asks for: `EPOLLONESHOT`, readable `EPOLLIN |
+/// EPOLLRDHUP`, writable `EPOLLOUT`, priority `EPOLLPRI` (looked up in
+/// [`FLAGS`]).
+#[inline(always)]
 fn flags_for(interest: Interest) -> EventFlags {
-    let mut flags = EventFlags::ONESHOT;
-    if interest.is_readable() {
-        flags |= EventFlags::IN | EventFlags::RDHUP;
-    }
-    if interest.is_writable() {
-        flags |= EventFlags::OUT;
-    }
-    if interest.is_priority() {
-        flags |= EventFlags::PRI;
-    }
-    flags
+    FLAGS[(interest.bits() & 7) as usize]
 }
+
+/// [`flags_for`] each interest's bits (0 unused: `EPOLLONESHOT` alone).
+const FLAGS: [EventFlags; 8] = {
+    let mut table = [EventFlags::ONESHOT; 8];
+    let mut bits = 1;
+    while bits < 8 {
+        let mut flags = EventFlags::ONESHOT;
+        if bits & Interest::READABLE.bits() != 0 {
+            flags = flags.union(EventFlags::IN).union(EventFlags::RDHUP);
+        }
+        if bits & Interest::WRITABLE.bits() != 0 {
+            flags = flags.union(EventFlags::OUT);
+        }
+        if bits & Interest::PRIORITY.bits() != 0 {
+            flags = flags.union(EventFlags::PRI);
+        }
+        table[bits as usize] = flags;
+        bits += 1;
+    }
+    table
+};
 
 /// Borrows a registered descriptor number for one `epoll_ctl`.
 #[inline]
@@ -348,8 +362,28 @@ fn timeout_ms(timeout: Option<Duration>) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::timeout_ms;
+    use super::{flags_for, timeout_ms};
+    use crate::interest::Interest;
+    use rustix::event::epoll::EventFlags;
     use std::time::Duration;
+
+    #[test]
+    fn arm_flags_are_oneshot_and_the_interest_s_bits() {
+        for i in Interest::ALL {
+            let f = flags_for(i);
+            assert!(f.contains(EventFlags::ONESHOT));
+            assert_eq!(f.contains(EventFlags::IN), i.is_readable());
+            assert_eq!(f.contains(EventFlags::RDHUP), i.is_readable());
+            assert_eq!(f.contains(EventFlags::OUT), i.is_writable());
+            assert_eq!(f.contains(EventFlags::PRI), i.is_priority());
+            let all = EventFlags::ONESHOT
+                | EventFlags::IN
+                | EventFlags::RDHUP
+                | EventFlags::OUT
+                | EventFlags::PRI;
+            assert!(all.contains(f));
+        }
+    }
 
     #[test]
     fn millisecond_timeouts_round_up_and_clamp() {

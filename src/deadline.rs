@@ -25,14 +25,22 @@ pub(crate) enum Deadline {
 
 impl Deadline {
     /// The deadline of a wait that starts now.
+    #[inline]
     pub(crate) fn new(timeout: Option<Duration>) -> Deadline {
         match timeout {
             None => Deadline::Never,
             Some(t) if t.is_zero() => Deadline::Now,
-            Some(t) => match Instant::now().checked_add(t) {
-                Some(at) => Deadline::At(at),
-                None => Deadline::Far(t),
-            },
+            Some(t) => Deadline::after(t),
+        }
+    }
+
+    /// The deadline `t` (not zero) from now: the one clock read. Out of line,
+    /// so that `new` of `None` or zero is a constant where it is inlined.
+    #[inline(never)]
+    fn after(t: Duration) -> Deadline {
+        match Instant::now().checked_add(t) {
+            Some(at) => Deadline::At(at),
+            None => Deadline::Far(t),
         }
     }
 

@@ -315,10 +315,20 @@ impl Events {
         self.list.push(event);
     }
 
-    /// Merges `readiness` into an event already delivered for `token` in this call
-    /// (kqueue reports the two filters of one registration as two kernel events).
-    pub(crate) fn merge(&mut self, token: Token, readiness: Readiness) -> bool {
-        match self.list.iter_mut().find(|e| e.token == token) {
+    /// The scratch for one wait's kernel events and the list of events
+    /// delivered, borrowed apart: the poller fills the one and checks it into
+    /// the other ([`Events::merge`] and `Vec::push` on the list, within
+    /// [`remaining`](Self::remaining) taken before).
+    #[inline(always)]
+    pub(crate) fn split(&mut self) -> (&mut Vec<RawEvent>, &mut Vec<Event>) {
+        (&mut self.raw, &mut self.list)
+    }
+
+    /// Merges `readiness` into an event of `list` (as [`split`](Self::split)
+    /// hands it out) already delivered for `token` in this call (kqueue reports
+    /// the two filters of one registration as two kernel events).
+    pub(crate) fn merge(list: &mut [Event], token: Token, readiness: Readiness) -> bool {
+        match list.iter_mut().find(|e| e.token == token) {
             Some(e) => {
                 e.readiness.insert(readiness);
                 true

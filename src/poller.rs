@@ -11,7 +11,7 @@ use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::{Mutex, MutexGuard};
-use crate::table::{Entry, SlotGuard, Table};
+use crate::table::{Delivery, Entry, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
@@ -432,29 +432,16 @@ impl<B: Backend> Poller<B> {
         result.map(drop).map_err(error::kernel)
     }
 
+    /// The state machine's kernel for `token`'s descriptor.
     #[inline(always)]
-    fn with_entry<R>(
-        &self,
-        op: &'static str,
-        token: Token,
-        f: impl FnOnce(RawFd, &mut RegState, FdKernel<'_, B>) -> io::Result<R>,
-    ) -> io::Result<R> {
-        self.check_fork(op)?;
-        let Some(mut guard) = self.table.lock(token.index()) else {
-            return Err(error::unknown_token(op, token));
-        };
-        let entry = match guard.as_mut() {
-            Some(e) if e.token == token => e,
-            _ => return Err(error::unknown_token(op, token)),
-        };
-        let kernel = FdKernel {
+    fn kernel_for(&self, token: Token) -> FdKernel<'_, B> {
+        FdKernel {
             backend: &self.backend,
-            fd: entry.fd,
+            fd: crate::raw::fd_at(token.index()),
             slot: token.slot(),
             incarnation: token.incarnation(),
             superseded: false,
-        };
-        f(entry.fd, &mut entry.state, kernel)
+        }
     }
 
     #[inline(always)]
@@ -595,16 +582,23 @@ impl<B: Backend> Poller<B> {
         {
             return Err(error::priority_unsupported(B::NAME, B::PRIORITY));
         }
+        self.check_fork("arm")?;
+        let Some(mut live) = self.table.live(token) else {
+            return Err(error::unknown_token("arm", token));
+        };
         let mut fb = Fallbacks::default();
-        let wake = self.with_entry("arm", token, |_, state, mut kernel| {
-            let armed = state.arm(interest, &mut kernel, &mut fb);
-            self.count_fallbacks(fb);
-            match armed {
-                Ok(Armed::Synthetic) => Ok(self.queue_synthetic(token.slot(), state.generation())),
-                Ok(_) => Ok(false),
-                Err(e) => Err(error::kernel(e)),
-            }
-        })?;
+        let armed = live
+            .state
+            .arm(interest, &mut self.kernel_for(token), &mut fb);
+        live.store();
+        self.count_fallbacks(fb);
+        let wake = match armed {
+            Ok(Armed::Synthetic) => self.queue_synthetic(token.slot(), live.state.generation()),
+            Ok(_) => false,
+            Err(e) => return Err(error::kernel(e)),
+        };
+        // Unlocks the slot.
+        drop(live);
         if wake {
             // A waiter blocked in the kernel would not see the synthetic event:
             // wake it (after the slot's lock is released).
@@ -614,7 +608,9 @@ impl<B: Backend> Poller<B> {
     }
 
     /// Queues a synthetic event for `slot`; returns whether to wake the kernel (a
-    /// thread counted as waiting may be blocked there: `src/wake.rs`).
+    /// thread counted as waiting may be blocked there: `src/wake.rs`). Out of
+    /// line: it keeps the common arm (a kernel command) small enough to inline.
+    #[inline(never)]
     fn queue_synthetic(&self, slot: u32, generation: u32) -> bool {
         self.backend.counters().one(Count::Synthetic);
         let mut queue = lock(&self.synthetic);
@@ -644,9 +640,13 @@ impl<B: Backend> Poller<B> {
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     #[inline(always)]
     pub fn disarm(&self, token: Token) -> io::Result<()> {
-        self.with_entry("disarm", token, |_, state, mut kernel| {
-            state.disarm(&mut kernel).map(drop).map_err(error::kernel)
-        })
+        self.check_fork("disarm")?;
+        let Some(mut live) = self.table.live(token) else {
+            return Err(error::unknown_token("disarm", token));
+        };
+        let disarmed = live.state.disarm(&mut self.kernel_for(token));
+        live.store();
+        disarmed.map(drop).map_err(error::kernel)
     }
 
     /// Removes the registration from the table and the kernel. The token then names
@@ -730,9 +730,10 @@ impl<B: Backend> Poller<B> {
         wake::deliver(self, events, || countdown.left())
     }
 
-    /// Checks kernel events against the table; current ones are delivered.
-    fn accept(&self, raw: &[RawEvent], events: &mut Events) {
-        let counters = self.backend.counters();
+    /// Checks kernel events against the table; current ones are delivered. One
+    /// table access per event ([`Table::deliver`]).
+    #[inline(always)]
+    fn accept_into(&self, raw: &[RawEvent], events: &mut Vec<Event>) {
         for ev in raw {
             // A packet the user posted (Windows): no registration's, never stale.
             #[cfg(windows)]
@@ -744,37 +745,28 @@ impl<B: Backend> Poller<B> {
                 });
                 continue;
             }
-            let Some(mut guard) = self.table.lock(ev.slot as usize) else {
-                counters.one(Count::Stale);
-                continue;
-            };
-            let Some(entry) = guard.as_mut() else {
-                drop(guard);
-                counters.one(Count::Stale);
-                continue;
-            };
             // Current: the stamp names the arming in force (the generation), or
             // the registration (the incarnation, where the table's phase
             // decides). Only a current event may be merged into a delivery.
-            let (tag, current) = if B::TAG_IS_GENERATION {
-                (Some(ev.stamp), ev.stamp == entry.state.generation())
+            let delivery = if B::TAG_IS_GENERATION {
+                self.table
+                    .deliver(ev.slot as usize, |generation, _| ev.stamp == generation)
             } else {
-                (None, ev.stamp == stamp_of(entry.token))
+                self.table
+                    .deliver(ev.slot as usize, |_, token| ev.stamp == stamp_of(token))
             };
-            let (fd, token) = (entry.fd, entry.token);
-            let accepted = if current {
-                entry.state.on_event(tag).map(|i| (i, guard.key()))
-            } else {
-                None
-            };
-            drop(guard);
-            match accepted {
-                Some((interest, key)) => {
+            match delivery {
+                Delivery::Taken {
+                    token,
+                    interest,
+                    key,
+                } => {
                     let t = Tag {
                         slot: ev.slot,
                         incarnation: token.incarnation(),
                         generation: 0,
                     };
+                    let fd = crate::raw::fd_at(ev.slot as usize);
                     self.backend.delivered(fd, t, interest, ev.readiness);
                     events.push(Event {
                         token,
@@ -784,10 +776,18 @@ impl<B: Backend> Poller<B> {
                 }
                 // kqueue: the other filter of a registration delivered in this
                 // same call is part of that delivery, not a stale event.
-                None if current && B::SPLIT_FILTERS && events.merge(token, ev.readiness) => {}
-                None => counters.one(Count::Stale),
+                Delivery::Current(token)
+                    if B::SPLIT_FILTERS && Events::merge(events, token, ev.readiness) => {}
+                _ => self.backend.counters().one(Count::Stale),
             }
         }
+    }
+
+    /// [`accept_into`](Self::accept_into) the list of `events` (the key tests:
+    /// events fetched before a change to the registration).
+    #[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
+    fn accept(&self, raw: &[RawEvent], events: &mut Events) {
+        self.accept_into(raw, events.split().1);
     }
 
     /// Moves queued synthetic events that are still current into `events`, up to
@@ -1046,18 +1046,16 @@ impl<B: Backend> Source for Poller<B> {
 
     #[inline(always)]
     fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<Fetched> {
-        let mut raw = std::mem::take(&mut events.raw);
+        let max = events.remaining();
+        let (raw, list) = events.split();
         raw.clear();
-        let waited = self.backend.wait(&mut raw, events.remaining(), timeout);
-        if !raw.is_empty() {
-            self.accept(&raw, events);
-        }
+        let waited = self.backend.wait(raw, max, timeout);
         let fetched = if raw.is_empty() {
             Fetched::Nothing
         } else {
+            self.accept_into(raw, list);
             Fetched::Events
         };
-        events.raw = raw;
         Ok(if waited? { Fetched::Woken } else { fetched })
     }
 

@@ -69,7 +69,16 @@ impl Readiness {
     ///
     /// Other bits are ignored. The epoll backend, the poll(2) backend and the kernel
     /// model all decode with this one function.
+    #[inline(always)]
     pub const fn from_epoll(bits: u32) -> Readiness {
+        // Looked up: the bits that matter are IN, PRI, OUT, ERR, HUP (0x1f) and
+        // RDHUP (0x2000), folded into six (`epoll_index`).
+        Readiness(EPOLL_READINESS[epoll_index(bits)])
+    }
+
+    /// [`from_epoll`](Self::from_epoll), worked out bit by bit (what the table
+    /// it looks up is built from).
+    const fn decode_epoll(bits: u32) -> Readiness {
         const IN: u32 = 0x001;
         const PRI: u32 = 0x002;
         const OUT: u32 = 0x004;
@@ -109,8 +118,17 @@ impl Readiness {
     /// priority only for a priority one, error always. Every backend's report goes through this, so one event means
     /// the same on epoll (which reports hang-ups and errors whatever the interest),
     /// kqueue (which reports per filter) and poll(2).
-    #[inline]
+    #[inline(always)]
     pub const fn for_interest(self, interest: Interest) -> Readiness {
+        Readiness(self.0 & KEEP[(interest.bits() & 7) as usize])
+    }
+
+    /// The mask [`for_interest`](Self::for_interest) keeps for interest bits
+    /// `bits` (1 to 7), worked out bit by bit.
+    const fn keep_for(bits: u8) -> u8 {
+        let Some(interest) = Interest::from_bits(bits) else {
+            return Readiness::ERROR.0;
+        };
         let mut keep = Readiness::ERROR.0;
         if interest.is_readable() {
             keep |= Readiness::READABLE.0 | Readiness::READ_CLOSED.0;
@@ -121,9 +139,42 @@ impl Readiness {
         if interest.is_priority() {
             keep |= Readiness::PRIORITY.0;
         }
-        Readiness(self.0 & keep)
+        keep
     }
 }
+
+/// `EPOLLRDHUP`, the one bit [`Readiness::from_epoll`] reads above `EPOLLHUP`.
+const EPOLL_RDHUP: u32 = 0x2000;
+
+/// The index of epoll's `bits` in [`EPOLL_READINESS`]: IN, PRI, OUT, ERR and HUP
+/// (bits 0 to 4) as they are, RDHUP as bit 5.
+#[inline(always)]
+const fn epoll_index(bits: u32) -> usize {
+    ((bits & 0x1f) | ((bits & EPOLL_RDHUP) >> 8)) as usize
+}
+
+/// [`Readiness::from_epoll`] of every combination of the six bits it reads.
+const EPOLL_READINESS: [u8; 64] = {
+    let mut table = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let bits = (i as u32 & 0x1f) | ((i as u32 & 0x20) << 8);
+        table[i] = Readiness::decode_epoll(bits).0;
+        i += 1;
+    }
+    table
+};
+
+/// [`Readiness::for_interest`]'s mask for each interest's bits (0 unused).
+const KEEP: [u8; 8] = {
+    let mut table = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        table[i] = Readiness::keep_for(i as u8);
+        i += 1;
+    }
+    table
+};
 
 /// One kernel event, before the poller checks it against the table.
 ///
@@ -140,4 +191,44 @@ pub struct RawEvent {
     pub stamp: u32,
     /// What the kernel reported.
     pub readiness: Readiness,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The looked-up decoding equals the bit-by-bit one for every combination
+    /// of the bits it reads, whatever else is set (EPOLLONESHOT, EPOLLET, ...).
+    #[test]
+    fn epoll_table_matches_the_bitwise_decoding() {
+        for low in 0..=0x3fffu32 {
+            for high in [0, 1 << 30, 1 << 31, 0x4000_0000 | 0x200] {
+                let bits = low | high;
+                assert_eq!(
+                    Readiness::from_epoll(bits),
+                    Readiness::decode_epoll(bits),
+                    "{bits:#x}"
+                );
+            }
+        }
+        assert_eq!(Readiness::from_epoll(0x001), Readiness::READABLE);
+        assert_eq!(
+            Readiness::from_epoll(0x2000),
+            Readiness::READABLE.union(Readiness::READ_CLOSED)
+        );
+    }
+
+    #[test]
+    fn interest_masks_keep_only_the_armed_directions() {
+        let all = Readiness(0x3f);
+        for i in Interest::ALL {
+            let kept = all.for_interest(i);
+            assert!(kept.contains(Readiness::ERROR));
+            assert_eq!(kept.contains(Readiness::READABLE), i.is_readable());
+            assert_eq!(kept.contains(Readiness::READ_CLOSED), i.is_readable());
+            assert_eq!(kept.contains(Readiness::WRITABLE), i.is_writable());
+            assert_eq!(kept.contains(Readiness::WRITE_CLOSED), i.is_writable());
+            assert_eq!(kept.contains(Readiness::PRIORITY), i.is_priority());
+        }
+    }
 }

@@ -104,11 +104,45 @@ pub struct Fallbacks {
 }
 
 /// One registration's state: phase, generation and the always-ready mark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Kept packed as the poller's table stores it, so that a slot's lock hands it
+/// out and takes it back with a mask and an or, not a translation: `bits` holds
+/// the always-ready mark in bit 1 and the phase in bits 2 to 5 (0 fresh,
+/// 8 idle, 1 to 7 armed for that [`Interest::bits`]); bit 0 and bits
+/// 6 and 7 are always 0 here (the table keeps its occupied bit in bit 0).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RegState {
-    phase: Phase,
+    bits: u8,
     generation: u32,
-    always_ready: bool,
+}
+
+/// [`RegState`]'s always-ready mark.
+pub(crate) const ALWAYS_READY: u8 = 1 << 1;
+/// Where [`RegState`]'s phase code starts.
+const PHASE_SHIFT: u8 = 2;
+/// The phase code of an idle registration (fresh is 0, armed the interest's bits).
+const PHASE_IDLE: u8 = 8;
+/// The bits a [`RegState`] uses: the always-ready mark and the phase code.
+pub(crate) const STATE_BITS: u8 = ALWAYS_READY | (0b1111 << PHASE_SHIFT);
+
+/// The packed code of `phase`.
+#[inline(always)]
+const fn code_of(phase: Phase) -> u8 {
+    (match phase {
+        Phase::Fresh => 0,
+        Phase::Idle => PHASE_IDLE,
+        Phase::Armed(interest) => interest.bits(),
+    }) << PHASE_SHIFT
+}
+
+impl std::fmt::Debug for RegState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegState")
+            .field("phase", &self.phase())
+            .field("generation", &self.generation)
+            .field("always_ready", &self.is_always_ready())
+            .finish()
+    }
 }
 
 impl RegState {
@@ -118,43 +152,77 @@ impl RegState {
     /// before, so that events still queued for an earlier registration are stale.
     pub const fn new(generation: u32) -> RegState {
         RegState {
-            phase: Phase::Fresh,
+            bits: 0,
             generation,
-            always_ready: false,
         }
     }
 
     /// A state from its parts, as [`phase`](Self::phase),
     /// [`generation`](Self::generation) and [`is_always_ready`](Self::is_always_ready)
-    /// return them (the poller's table keeps them packed in a few bits and words).
+    /// return them.
+    #[cfg_attr(not(feature = "model"), allow(dead_code))]
     pub const fn from_parts(phase: Phase, generation: u32, always_ready: bool) -> RegState {
         RegState {
-            phase,
+            bits: code_of(phase) | if always_ready { ALWAYS_READY } else { 0 },
             generation,
-            always_ready,
         }
+    }
+
+    /// The state in the table's packing (see [`RegState`]): `bits` as
+    /// [`packed`](Self::packed) returned them (other bits are ignored).
+    #[inline(always)]
+    pub(crate) const fn from_packed(bits: u8, generation: u32) -> RegState {
+        RegState {
+            bits: bits & STATE_BITS,
+            generation,
+        }
+    }
+
+    /// The always-ready mark and the phase, packed (see [`RegState`]); only
+    /// [`STATE_BITS`] may be set.
+    #[inline(always)]
+    pub(crate) const fn packed(&self) -> u8 {
+        self.bits
+    }
+
+    #[inline(always)]
+    const fn code(&self) -> u8 {
+        self.bits & !ALWAYS_READY
+    }
+
+    #[inline(always)]
+    fn set_phase(&mut self, phase: Phase) {
+        self.bits = (self.bits & ALWAYS_READY) | code_of(phase);
     }
 
     /// The phase.
     #[cfg_attr(not(feature = "model"), allow(dead_code))]
+    #[inline(always)]
     pub fn phase(&self) -> Phase {
-        self.phase
+        match self.code() >> PHASE_SHIFT {
+            0 => Phase::Fresh,
+            // `code_of` writes nothing else but 1..=7 (armed) and 8 (idle).
+            c => Interest::from_bits(c).map_or(Phase::Idle, Phase::Armed),
+        }
     }
 
     /// The current generation: the tag a current kernel event carries.
+    #[inline(always)]
     pub fn generation(&self) -> u32 {
         self.generation
     }
 
     /// Whether the kernel refused to poll the descriptor (reported always ready).
     #[cfg_attr(not(feature = "model"), allow(dead_code))]
+    #[inline(always)]
     pub fn is_always_ready(&self) -> bool {
-        self.always_ready
+        self.bits & ALWAYS_READY != 0
     }
 
     /// Whether the kernel holds the descriptor (a delete is owed at deregistration).
     pub fn in_kernel(&self) -> bool {
-        !self.always_ready && self.phase != Phase::Fresh
+        // Not fresh (code 0) and not always ready.
+        self.bits != 0 && self.bits & ALWAYS_READY == 0
     }
 
     /// Arm for `interest`. See the module table; `fallbacks` records the fallbacks
@@ -167,42 +235,95 @@ impl RegState {
         kernel: &mut K,
         fallbacks: &mut Fallbacks,
     ) -> Result<Armed, KernelError> {
-        if self.phase == Phase::Armed(interest) {
+        let armed = code_of(Phase::Armed(interest));
+        if self.code() == armed {
             return Ok(Armed::Unchanged);
         }
+        if self.bits != code_of(Phase::Fresh) && !self.is_always_ready() {
+            // Idle, or armed for another interest: the kernel holds it, re-arm.
+            // The common case, kept small enough to inline into the caller; the
+            // fallbacks are out of line.
+            let next = self.generation.wrapping_add(1);
+            return match kernel.modify(interest, next) {
+                Ok(()) => {
+                    self.generation = next;
+                    self.bits = armed;
+                    Ok(Armed::Kernel)
+                }
+                Err(e) => self.modify_refused(e, interest, kernel, fallbacks),
+            };
+        }
+        self.arm_fresh_or_always_ready(interest, kernel, fallbacks)
+    }
+
+    /// [`arm`](Self::arm) of a registration the kernel holds, whose modify the
+    /// kernel refused with `e`: ENOENT becomes an add.
+    #[cold]
+    #[inline(never)]
+    fn modify_refused<K: Kernel>(
+        &mut self,
+        e: KernelError,
+        interest: Interest,
+        kernel: &mut K,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
         let next = self.generation.wrapping_add(1);
-        if self.always_ready {
+        let result = match e {
+            KernelError::NotFound => {
+                fallbacks.not_found_to_add = true;
+                kernel.add(interest, next)
+            }
+            other => Err(other),
+        };
+        self.armed_by(result, interest, fallbacks)
+    }
+
+    /// [`arm`](Self::arm) of a fresh registration (add; EEXIST becomes a
+    /// modify) or an always-ready one (no command).
+    #[inline(never)]
+    fn arm_fresh_or_always_ready<K: Kernel>(
+        &mut self,
+        interest: Interest,
+        kernel: &mut K,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
+        let next = self.generation.wrapping_add(1);
+        if self.is_always_ready() {
             self.generation = next;
-            self.phase = Phase::Armed(interest);
+            self.bits = ALWAYS_READY | code_of(Phase::Armed(interest));
             return Ok(Armed::Synthetic);
         }
-        let result = match self.phase {
-            Phase::Fresh => match kernel.add(interest, next) {
-                Err(KernelError::Exists) => {
-                    fallbacks.exists_to_modify = true;
-                    kernel.modify(interest, next)
-                }
-                other => other,
-            },
-            Phase::Idle | Phase::Armed(_) => match kernel.modify(interest, next) {
-                Err(KernelError::NotFound) => {
-                    fallbacks.not_found_to_add = true;
-                    kernel.add(interest, next)
-                }
-                other => other,
-            },
+        let result = match kernel.add(interest, next) {
+            Err(KernelError::Exists) => {
+                fallbacks.exists_to_modify = true;
+                kernel.modify(interest, next)
+            }
+            other => other,
         };
+        self.armed_by(result, interest, fallbacks)
+    }
+
+    /// The end of an arm whose kernel command (after its fallback) answered
+    /// `result`: armed with the next generation, or always ready if the kernel
+    /// cannot poll the descriptor; unchanged on another error.
+    fn armed_by(
+        &mut self,
+        result: Result<(), KernelError>,
+        interest: Interest,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
+        let next = self.generation.wrapping_add(1);
+        let armed = code_of(Phase::Armed(interest));
         match result {
             Ok(()) => {
                 self.generation = next;
-                self.phase = Phase::Armed(interest);
+                self.bits = armed;
                 Ok(Armed::Kernel)
             }
             Err(KernelError::NotPollable) => {
                 fallbacks.not_pollable = true;
-                self.always_ready = true;
                 self.generation = next;
-                self.phase = Phase::Armed(interest);
+                self.bits = ALWAYS_READY | armed;
                 Ok(Armed::Synthetic)
             }
             Err(e) => Err(e),
@@ -216,29 +337,29 @@ impl RegState {
     /// generation, so nothing more is delivered for it, and is returned as an error.
     #[inline(always)]
     pub fn disarm<K: Kernel>(&mut self, kernel: &mut K) -> Result<bool, KernelError> {
-        if !matches!(self.phase, Phase::Armed(_)) {
+        if !self.is_armed() {
             return Ok(false);
         }
         let next = self.generation.wrapping_add(1);
-        if self.always_ready {
+        if self.is_always_ready() {
             self.generation = next;
-            self.phase = Phase::Idle;
+            self.set_phase(Phase::Idle);
             return Ok(false);
         }
         match kernel.quiet(next) {
             Ok(()) => {
                 self.generation = next;
-                self.phase = Phase::Idle;
+                self.set_phase(Phase::Idle);
                 Ok(true)
             }
             Err(KernelError::NotFound) => {
                 self.generation = next;
-                self.phase = Phase::Fresh;
+                self.set_phase(Phase::Fresh);
                 Ok(true)
             }
             Err(KernelError::BadFd) => {
                 self.generation = next;
-                self.phase = Phase::Fresh;
+                self.set_phase(Phase::Fresh);
                 Err(KernelError::BadFd)
             }
             Err(e) => Err(e),
@@ -251,14 +372,21 @@ impl RegState {
     ///
     /// Returns the interest of the arming it completes, or `None` when the event is
     /// stale and must be dropped.
+    #[inline(always)]
     pub fn on_event(&mut self, tag: Option<u32>) -> Option<Interest> {
-        match self.phase {
-            Phase::Armed(interest) if tag.map_or(true, |g| g == self.generation) => {
-                self.phase = Phase::Idle;
-                Some(interest)
-            }
-            _ => None,
+        // Armed exactly when the code is an interest's bits (1 to 7).
+        let interest = Interest::from_bits(self.code() >> PHASE_SHIFT)?;
+        if tag.is_some_and(|g| g != self.generation) {
+            return None;
         }
+        self.set_phase(Phase::Idle);
+        Some(interest)
+    }
+
+    /// Whether the phase is armed (code 1 to 7).
+    #[inline(always)]
+    fn is_armed(&self) -> bool {
+        (self.code() >> PHASE_SHIFT).wrapping_sub(1) < PHASE_IDLE - 1
     }
 
     /// Deregister: delete from the kernel if it holds the descriptor. ENOENT and
@@ -267,7 +395,7 @@ impl RegState {
     pub fn deregister<K: Kernel>(&mut self, kernel: &mut K) -> Result<bool, KernelError> {
         let owed = self.in_kernel();
         self.generation = self.generation.wrapping_add(1);
-        self.phase = Phase::Fresh;
+        self.set_phase(Phase::Fresh);
         if !owed {
             return Ok(false);
         }
@@ -281,8 +409,9 @@ impl RegState {
     /// the new kernel. An armed registration stays armed in the table and is
     /// re-added by [`RegState::rearm_fresh`].
     pub fn forget_kernel(&mut self) {
-        if !self.always_ready && self.phase == Phase::Idle {
-            self.phase = Phase::Fresh;
+        if self.bits == code_of(Phase::Idle) {
+            // Idle and not always ready.
+            self.bits = code_of(Phase::Fresh);
         }
     }
 
@@ -293,12 +422,13 @@ impl RegState {
         kernel: &mut K,
         fallbacks: &mut Fallbacks,
     ) -> Result<Armed, KernelError> {
-        match self.phase {
+        match self.phase() {
             Phase::Armed(interest) => {
-                self.phase = Phase::Fresh;
-                if self.always_ready {
-                    self.phase = Phase::Idle;
-                }
+                self.set_phase(if self.is_always_ready() {
+                    Phase::Idle
+                } else {
+                    Phase::Fresh
+                });
                 self.arm(interest, kernel, fallbacks)
             }
             _ => Ok(Armed::Unchanged),

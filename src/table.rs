@@ -81,7 +81,7 @@
 
 use crate::interest::Interest;
 use crate::raw::RawFd;
-use crate::state::{Phase, RegState};
+use crate::state::RegState;
 use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex};
 use crate::token::Token;
@@ -117,13 +117,12 @@ const BUCKETS: usize = 16;
 /// released.
 const LOCKED: u8 = 1;
 const PARKED: u8 = 1 << 1;
-/// Bits of `Slot::state`.
+/// Bits of `Slot::state`: the occupied bit, and the registration's state in the
+/// bits `RegState::packed` uses (`state::STATE_BITS`: the always-ready bit, then
+/// the phase in four bits, 0 fresh, 8 idle, 1..=7 armed for that
+/// [`Interest::bits`](crate::interest::Interest::bits)).
 const OCCUPIED: u8 = 1;
-const ALWAYS_READY: u8 = 1 << 1;
-/// The phase, four bits from here: 0 fresh, 8 idle, 1..=7 armed for that
-/// [`Interest::bits`] (readable 1, writable 2, priority 4).
-const PHASE_SHIFT: u8 = 2;
-const PHASE_IDLE: u8 = 8;
+const _: () = assert!(OCCUPIED & crate::state::STATE_BITS == 0);
 
 /// A live registration, as the table hands it out under the slot's lock.
 pub(crate) struct Entry {
@@ -185,29 +184,16 @@ struct Bucket {
     wake: Condvar,
 }
 
+/// A registration's state as its slot's `state` byte: the occupied bit beside
+/// the state's own packing (`RegState::packed`: the always-ready bit and the phase).
+#[inline(always)]
 fn encode(state: &RegState) -> u8 {
-    let phase = match state.phase() {
-        Phase::Fresh => 0,
-        Phase::Idle => PHASE_IDLE,
-        Phase::Armed(interest) => interest.bits(),
-    };
-    let ready = if state.is_always_ready() {
-        ALWAYS_READY
-    } else {
-        0
-    };
-    OCCUPIED | ready | (phase << PHASE_SHIFT)
+    OCCUPIED | state.packed()
 }
 
 #[inline(always)]
 fn decode(bits: u8, generation: u32) -> RegState {
-    let code = (bits >> PHASE_SHIFT) & 0b1111;
-    let phase = match code {
-        0 => Phase::Fresh,
-        // 1..=7: armed; `encode` writes nothing else but 8, idle.
-        c => Interest::from_bits(c).map_or(Phase::Idle, Phase::Armed),
-    };
-    RegState::from_parts(phase, generation, bits & ALWAYS_READY != 0)
+    RegState::from_packed(bits, generation)
 }
 
 /// A locked slot: its registration (if any) decoded, written back and unlocked
@@ -294,11 +280,58 @@ impl Drop for SlotGuard<'_> {
             _ => {}
         }
         self.slot.state.store(bits, Ordering::Relaxed);
-        // Unlocks: publishes the stores above to the next holder (acquire).
-        if self.slot.lock.swap(0, Ordering::Release) & PARKED != 0 {
-            self.table.wake(self.slot);
-        }
+        self.table.unlock(self.slot);
     }
+}
+
+/// A slot's lock, held: released on drop ([`Table::lock_slot`]).
+struct Held<'a> {
+    table: &'a Table,
+    slot: &'a Slot,
+}
+
+impl Drop for Held<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.table.unlock(self.slot);
+    }
+}
+
+/// A live registration's slot, locked ([`Table::live`]): its state as it was
+/// when locked; [`store`](Self::store) writes a new one; dropping it unlocks.
+pub(crate) struct Live<'a> {
+    held: Held<'a>,
+    /// The registration's state.
+    pub(crate) state: RegState,
+}
+
+impl Live<'_> {
+    /// Writes [`state`](Self::state) back to the slot (seen by the next holder
+    /// of the lock).
+    #[inline(always)]
+    pub(crate) fn store(&self) {
+        let slot = self.held.slot;
+        slot.generation
+            .store(self.state.generation(), Ordering::Relaxed);
+        slot.state.store(encode(&self.state), Ordering::Relaxed);
+    }
+}
+
+/// What [`Table::deliver`] did with a kernel event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Current, and it completed the registration's arming (now idle): deliver
+    /// it with this interest and key.
+    Taken {
+        token: Token,
+        interest: Interest,
+        key: usize,
+    },
+    /// Current (the stamp names this registration), but no arming was left to
+    /// complete: on kqueue, the other filter of a delivery already taken.
+    Current(Token),
+    /// No live registration in the slot, or the stamp is not current: dropped.
+    Stale,
 }
 
 /// The table. See the module docs.
@@ -369,19 +402,44 @@ unsafe fn slot_at<'a>(
     line_bits: u32,
     offset: usize,
 ) -> (&'a Slot, &'a AtomicUsize) {
-    let mask = (1 << line_bits) - 1;
-    let low = offset & mask;
-    let line = ((low << 1) & mask) | (low >> (line_bits - 1));
-    let lane = offset >> line_bits;
-    // SAFETY: `line` < 2^line_bits, so `line / BLOCK_LINES` is below the blocks
-    // allocated, and `lane` < LANES by the caller's bound on `offset`; the
-    // allocation is live for `'a` (the caller's promise).
-    let block = unsafe { &*base.add(line / BLOCK_LINES) };
-    let within = line % BLOCK_LINES;
-    (
-        &block.lines[within].0[lane],
-        &block.keys[within * LANES + lane],
-    )
+    // `offset` is the lane (its top two bits) above `low` (`line_bits` bits);
+    // the slot's position in the chunk, in slots, is `line << 2 | lane`, where
+    // `line` is `low` rotated left by one within `line_bits`. Worked out in one
+    // go: `low`'s bits but the top one go to bits 3 and up; the three bits at
+    // `line_bits - 1` (lane and `low`'s top bit, `[l1 l0 h]`) become `[h l1 l0]`.
+    // (`[l1 l0 h]` times 9 is `[l1 l0 h l1 l0 h]`: shifted right once, its low
+    // three bits are `[h l1 l0]`.)
+    let pos = position(offset, LANES << line_bits, line_bits - 1);
+    // SAFETY: as `slot_in` requires: `pos` < `LANES << line_bits` (a
+    // permutation of the offsets), the slots allocated at `base`.
+    unsafe { slot_in(base, pos) }
+}
+
+/// The position, in slots, of `offset` in a chunk of `size` slots (`LANES <<
+/// line_bits`), `top_shift` being `line_bits - 1` (see [`slot_at`]).
+#[inline(always)]
+fn position(offset: usize, size: usize, top_shift: u32) -> usize {
+    let top = offset >> top_shift;
+    ((offset << 3) & (size - 1)) | (((top * 9) >> 1) & 7)
+}
+
+/// The slot at position `pos` of the chunk at `base`, and its key.
+///
+/// # Safety
+/// `base` points to a live allocation of more than `pos` slots (`pos /
+/// SLOTS_PER_BLOCK` blocks and then some) that outlives `'a`.
+#[inline(always)]
+unsafe fn slot_in<'a>(base: *const Block, pos: usize) -> (&'a Slot, &'a AtomicUsize) {
+    // SAFETY: `pos / SLOTS_PER_BLOCK` is below the blocks allocated, which live
+    // for `'a` (the caller's promise).
+    let block = unsafe { &*base.add(pos / SLOTS_PER_BLOCK) };
+    // A block's lines of slots are consecutive: slot `s` of the block is lane
+    // `s % LANES` of line `s / LANES`, and its key is key `s`.
+    let s = pos % SLOTS_PER_BLOCK;
+    let lines: *const Slot = block.lines.as_ptr().cast();
+    // SAFETY: `Block` and `Line` are `repr(C)`, `lines` first: the block's
+    // `BLOCK_LINES * LANES` slots are one array there, and `s` is below that.
+    (unsafe { &*lines.add(s) }, &block.keys[s])
 }
 
 /// `log2` of the lines in small chunk `c`.
@@ -435,20 +493,35 @@ impl Table {
         if index >= MAX_SLOTS {
             return None;
         }
-        match place(index) {
-            Place::Small(chunk, offset) => {
-                let base = self.small[chunk].load(Ordering::Acquire);
-                if base.is_null() {
-                    return None;
-                }
-                // SAFETY: a non-null small-chunk pointer was stored (release, read
-                // here with acquire, so the lines' initialisation is visible) by
-                // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
-                // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
-                // `FIRST << chunk` by `place`. It is freed only by `drop`, which
-                // needs `&mut self`, so it outlives this borrow of `self`.
-                Some(unsafe { slot_at(base, small_line_bits(chunk), offset) })
+        if index < PAGED {
+            // `place`'s small chunk, from the top bit of `index + FIRST`: chunk
+            // `c` holds the indices whose `index + FIRST` has its top bit at
+            // `c + log2(FIRST)`, and the offset is what is below that bit.
+            let n = index + FIRST;
+            let top = n.ilog2();
+            let chunk = (top - FIRST.trailing_zeros()) as usize;
+            // The chunk's size in slots, `LANES << small_line_bits(chunk)`.
+            let size = 1usize << top;
+            let offset = n ^ size;
+            debug_assert_eq!(place(index), Place::Small(chunk, offset));
+            debug_assert_eq!(size, LANES << small_line_bits(chunk));
+            let base = self.small[chunk].load(Ordering::Acquire);
+            if base.is_null() {
+                return None;
             }
+            // SAFETY: a non-null small-chunk pointer was stored (release, read
+            // here with acquire, so the lines' initialisation is visible) by
+            // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
+            // i.e. `1 << small_line_bits(chunk)` lines; `offset` is below
+            // `FIRST << chunk` (it is below `1 << top`). It is freed only by
+            // `drop`, which needs `&mut self`, so it outlives this borrow of
+            // `self`.
+            // (`slot_at(base, small_line_bits(chunk), offset)`, with the
+            // chunk's size and shift from `top`.)
+            return Some(unsafe { slot_in(base, position(offset, size, top - 3)) });
+        }
+        match place(index) {
+            Place::Small(..) => None,
             Place::Paged(segment, page, offset) => {
                 let dir = self.segments.get(segment)?.load(Ordering::Acquire);
                 if dir.is_null() {
@@ -476,6 +549,85 @@ impl Table {
     pub(crate) fn lock(&self, index: usize) -> Option<SlotGuard<'_>> {
         let (slot, key) = self.get(index)?;
         Some(self.guard(index, slot, key))
+    }
+
+    /// The event path: locks slot `index` once, and if its registration is live
+    /// and `current(generation, token)` says the event's stamp names it, runs the
+    /// state machine's [`RegState::on_event`] and writes the new state
+    /// back. Unlike [`lock`](Self::lock), it touches only the state byte it may
+    /// change (and the key it reads), and builds no guard.
+    #[inline(always)]
+    pub(crate) fn deliver(
+        &self,
+        index: usize,
+        current: impl FnOnce(u32, Token) -> bool,
+    ) -> Delivery {
+        let Some((slot, key)) = self.get(index) else {
+            return Delivery::Stale;
+        };
+        let _held = self.lock_slot(slot);
+        let bits = slot.state.load(Ordering::Relaxed);
+        if bits & OCCUPIED == 0 {
+            Delivery::Stale
+        } else {
+            let generation = slot.generation.load(Ordering::Relaxed);
+            let token = Token::new(index as u32, slot.incarnation.load(Ordering::Relaxed));
+            if !current(generation, token) {
+                Delivery::Stale
+            } else {
+                let mut state = decode(bits, generation);
+                // Current: the arming in force, if any, is the one the event
+                // completes (the stamp was checked against it above).
+                match state.on_event(None) {
+                    Some(interest) => {
+                        // `on_event` changes the phase only, not the generation.
+                        slot.state.store(encode(&state), Ordering::Relaxed);
+                        Delivery::Taken {
+                            token,
+                            interest,
+                            key: key.load(Ordering::Relaxed),
+                        }
+                    }
+                    None => Delivery::Current(token),
+                }
+            }
+        }
+    }
+
+    /// The operation path (arm, disarm): locks the slot `token` names if its
+    /// registration is `token`'s (`None` otherwise, unlocked again), and hands
+    /// out its state. Like [`deliver`](Self::deliver), it builds no guard: one
+    /// table access, the slot's own lock, and the state's two words, written
+    /// back by [`Live::store`].
+    #[inline(always)]
+    pub(crate) fn live(&self, token: Token) -> Option<Live<'_>> {
+        let (slot, _) = self.get(token.index())?;
+        let held = self.lock_slot(slot);
+        let bits = slot.state.load(Ordering::Relaxed);
+        if bits & OCCUPIED == 0 || slot.incarnation.load(Ordering::Relaxed) != token.incarnation() {
+            return None;
+        }
+        let state = decode(bits, slot.generation.load(Ordering::Relaxed));
+        Some(Live { held, state })
+    }
+
+    /// Takes `slot`'s lock; the lock is released when the returned value is
+    /// dropped (also on unwinding).
+    #[inline(always)]
+    fn lock_slot<'a>(&'a self, slot: &'a Slot) -> Held<'a> {
+        if !slot.try_lock() {
+            self.lock_contended(slot);
+        }
+        Held { table: self, slot }
+    }
+
+    /// Releases `slot`'s lock, held by this thread: publishes the slot's stores
+    /// to the next holder (acquire), and wakes the threads sleeping for it.
+    #[inline(always)]
+    fn unlock(&self, slot: &Slot) {
+        if slot.lock.swap(0, Ordering::Release) & PARKED != 0 {
+            self.wake(slot);
+        }
     }
 
     /// Locks slot `index` for a new registration, allocating its chunk (or page)
@@ -714,6 +866,7 @@ impl Drop for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::Phase;
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
     use std::collections::HashSet;
@@ -779,6 +932,55 @@ mod tests {
         match place(i32::MAX as usize) {
             Place::Paged(s, p, o) => assert!(s < SEGMENTS && p < 1 << s && o < PAGE),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// `slot_at`'s one-go position is the layout the module docs describe:
+    /// line `rotl1(low)` (within `line_bits`), lane `offset >> line_bits`.
+    #[test]
+    fn slot_at_places_each_offset_on_its_rotated_line_and_lane() {
+        for chunk in 0..SMALL {
+            let bits = small_line_bits(chunk);
+            let slots = FIRST << chunk;
+            let blocks: Vec<Block> = (0..slots / SLOTS_PER_BLOCK)
+                .map(|_| Block::default())
+                .collect();
+            let base = blocks.as_ptr();
+            let mask = (1usize << bits) - 1;
+            for o in 0..slots {
+                let low = o & mask;
+                let line = ((low << 1) & mask) | (low >> (bits - 1));
+                let lane = o >> bits;
+                let b = &blocks[line / BLOCK_LINES];
+                // SAFETY: `blocks` holds `1 << bits` lines and outlives the borrow.
+                let (slot, key) = unsafe { slot_at(base, bits, o) };
+                assert!(
+                    ptr::eq(slot, &b.lines[line % BLOCK_LINES].0[lane]),
+                    "{chunk} {o}"
+                );
+                assert!(ptr::eq(key, &b.keys[(line % BLOCK_LINES) * LANES + lane]));
+            }
+        }
+        assert_eq!(small_line_bits(SMALL - 1), PAGE_LINE_BITS);
+    }
+
+    /// `get`'s small-chunk path (from the top bit of `index + FIRST`) finds what
+    /// `place` and `slot_at` name, for every index below `PAGED`.
+    #[test]
+    fn lookup_of_every_small_index_is_place_and_slot_at() {
+        let table = Table::new();
+        for chunk in 0..SMALL {
+            drop(table.lock_for_insert(FIRST * ((1 << chunk) - 1)));
+        }
+        for index in 0..PAGED {
+            let Place::Small(chunk, offset) = place(index) else {
+                panic!("{index}")
+            };
+            let base = table.small[chunk].load(Ordering::Acquire);
+            // SAFETY: chunk `chunk` is allocated above and lives with `table`.
+            let want = unsafe { slot_at(base, small_line_bits(chunk), offset) };
+            let (slot, key) = table.get(index).unwrap();
+            assert!(ptr::eq(slot, want.0) && ptr::eq(key, want.1), "{index}");
         }
     }
 

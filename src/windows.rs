@@ -33,8 +33,23 @@ impl<B: Backend> Poller<B> {
 
     /// [`register`](Self::register) with a key of the caller's that every event
     /// of this registration carries ([`Event::key`](crate::Event::key)), as on
-    /// Unix (see the Unix `register_with` for the guarantee: the key is never
-    /// delivered with an event of an earlier or later registration).
+    /// Unix. [`set_key`](Self::set_key) changes it.
+    ///
+    /// # The guarantee: a key is never stale
+    ///
+    /// An event carries the key its registration had when `deliver` accepted
+    /// the completion, and `deliver` accepts a completion only for the
+    /// registration's current arming (its slot and generation ride in the
+    /// completion), under the registration's lock. A completion of an earlier
+    /// registration of the same handle value, or of a poll that a
+    /// [`deregister`](Self::deregister), [`disarm`](Self::disarm) or re-arm
+    /// cancelled or replaced, is dropped as stale. So after `deregister(token)`
+    /// returns, no `deliver` returns this registration's key, and a runtime may
+    /// keep a pointer to its per-connection state in the key, alive until
+    /// `deregister` returns. One rule: a thread that deregisters a registration
+    /// that is still armed cannot know whether another thread's `deliver` has
+    /// just accepted its event, so it hands the state over (a reference count, or
+    /// a message to the thread that will see the event) instead of freeing it.
     ///
     /// # Errors
     /// As `register`.
@@ -139,19 +154,28 @@ impl<B: Backend> Poller<B> {
     /// semaphore decremented by the wait, and a mutex is then owned by the
     /// pool's thread (do not register mutexes you mean to release).
     ///
-    /// Cost: `register_waitable` makes one check that the handle can be waited
-    /// on (`WaitForMultipleObjects` for it and an event never set, with a zero
+    /// Cost: `register_waitable` makes two checks, that the handle is not a
+    /// socket's (getsockopt `SO_TYPE`) and that it can be waited on
+    /// (`WaitForMultipleObjects` for it and an event never set, with a zero
     /// timeout: it consumes nothing), not counted in [`Stats`](crate::Stats);
-    /// an arm is one RegisterWaitForSingleObject, and a re-arm, disarm or
+    /// the first arm duplicates the handle (DuplicateHandle: the poller waits
+    /// on a handle of its own, closed when the registration ends, so a handle
+    /// the caller closes while armed leaves no wait on its number), an arm is
+    /// one RegisterWaitForSingleObject, and a re-arm, disarm or
     /// deregister of a registration whose wait was started is one
     /// UnregisterWaitEx more, each a `ctl_call`. The token's
     /// [`index`](Token::index) is the handle value divided by 4, as a
     /// socket's: handles and sockets share the value space, so a waitable
     /// handle and a socket never share a slot.
     ///
-    /// `handle` is borrowed for this call only: it should stay open until
-    /// `deregister`. A registration of a handle value that is registered
-    /// already supersedes the old one.
+    /// `handle` is borrowed for this call only: it should stay open until the
+    /// first [`arm`](Self::arm), which duplicates it (an arm that finds it
+    /// closed fails with `ErrorKind::InvalidInput`, and the registration stays,
+    /// unarmed). After that the poller waits on its duplicate: closing
+    /// `handle` while armed is safe and leaves the object signalable until
+    /// `deregister`, and the value's next owner is never waited on. A
+    /// registration of a handle value that is registered already supersedes
+    /// the old one.
     ///
     /// # Errors
     /// - `ErrorKind::InvalidInput`: `handle` cannot be waited on: it is closed,
@@ -160,6 +184,9 @@ impl<B: Backend> Poller<B> {
     ///   `ERROR_INVALID_HANDLE`), or it is the poller's own completion port or
     ///   AFD handle, or its value is past the table's range (a pseudo-handle
     ///   such as `GetCurrentProcess()`'s: duplicate it first).
+    /// - `ErrorKind::InvalidInput`: `handle` is a socket's (getsockopt
+    ///   `SO_TYPE` answers for it): sockets are registered with
+    ///   [`register`](Self::register).
     /// - `ErrorKind::PermissionDenied`: the handle lacks `SYNCHRONIZE` access
     ///   (`ERROR_ACCESS_DENIED`).
     ///
@@ -181,15 +208,26 @@ impl<B: Backend> Poller<B> {
     /// As `register_waitable`.
     ///
     /// # Safety
-    /// `handle` must be an open handle when this is called, and stay open while
-    /// the registration is armed: the thread pool waits on it
-    /// (`RegisterWaitForSingleObject`: closing a handle it waits on is
-    /// undefined). The poller never closes it, nor reads or writes the object.
+    /// `handle` must be an open handle when this is called. The poller never
+    /// closes it, nor reads or writes the object; the thread pool waits on the
+    /// poller's duplicate of it (made at the first arm), never on `handle`
+    /// itself, so closing it later is no misuse.
     pub unsafe fn register_waitable_raw(&self, handle: RawHandle, key: usize) -> io::Result<Token> {
         self.check_fork("register_waitable")?;
         let value = handle as usize as RawFd;
         if self.backend.owns_fd(value) {
             return Err(crate::error::own_fd(value));
+        }
+        // A socket handle can be waited on (a file object), but what signals it
+        // is no readiness: sockets are registered with `register`.
+        if crate::afd_backend::check_socket(value).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pollshot register_waitable: handle {value:#x} is a socket (getsockopt \
+                     SO_TYPE answers): register it with `register`"
+                ),
+            ));
         }
         if let Err(e) = crate::afd_backend::check_waitable(handle) {
             let code = e.raw_os_error();

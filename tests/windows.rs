@@ -11,6 +11,8 @@
 //! or a hang into a failure.
 #![cfg(all(windows, feature = "stats"))]
 
+mod windows_common;
+
 use pollshot::{Events, Interest, Poller, Stats, Token};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -19,56 +21,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Trials of each racy scenario.
-const TRIALS: usize = 20;
-/// Long enough that only a lost event or a hang reaches it.
-const LONG: Option<Duration> = Some(Duration::from_secs(20));
-
-/// A connected, non-blocking TCP loopback pair.
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    for s in [&a, &b] {
-        s.set_nonblocking(true).unwrap();
-        s.set_nodelay(true).unwrap();
-    }
-    (a, b)
-}
-
-/// The counts `f` cost.
-fn delta<R>(p: &Poller, f: impl FnOnce() -> R) -> (R, Stats) {
-    let before = p.stats();
-    let r = f();
-    (r, p.stats().since(&before))
-}
+use windows_common::{delta, notify_and_see_nothing, one, tcp_pair, until_waiters, LONG, TRIALS};
 
 /// One delivery, which must be for `token`.
 fn one_event(p: &Poller, token: Token) -> pollshot::Event {
-    let mut events = Events::with_capacity(8);
-    let n = p.deliver(&mut events, LONG).unwrap();
-    assert_eq!(n, 1, "one event for {token:?}");
-    let ev = *events.iter().next().unwrap();
+    let ev = one(p);
     assert_eq!(ev.token(), token);
     ev
-}
-
-/// A notify, then a deliver that must end on it with no event.
-fn notify_and_see_nothing(p: &Poller) {
-    p.notify().unwrap();
-    let mut events = Events::with_capacity(8);
-    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 0);
-    assert!(events.is_notified());
-}
-
-/// Until `n` threads are counted in `p`'s `deliver` (a hang fails).
-fn until_waiters(p: &Poller, n: usize) {
-    let start = Instant::now();
-    while p.waiters() < n {
-        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
-        thread::sleep(Duration::from_millis(1));
-    }
 }
 
 #[test]

@@ -12,73 +12,20 @@
 //! stale where none may exist).
 #![cfg(all(windows, feature = "stats"))]
 
+mod windows_common;
+
 use pollshot::{Events, Interest, Poller, Stats, Token};
 use std::io;
 use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
 use std::ptr;
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use windows_common::{
+    delta, event, notify_and_see_nothing, one, reset, set, until_waiters, LONG, TRIALS,
+};
 use windows_sys::Win32::Foundation::{HANDLE, INVALID_HANDLE_VALUE};
 use windows_sys::Win32::System::Memory::{CreateFileMappingW, PAGE_READWRITE};
-use windows_sys::Win32::System::Threading::{CreateEventW, ResetEvent, SetEvent};
-
-/// Trials of each racy scenario.
-const TRIALS: usize = 20;
-/// Long enough that only a lost event or a hang reaches it.
-const LONG: Option<Duration> = Some(Duration::from_secs(20));
-
-/// The counts `f` cost.
-fn delta<R>(p: &Poller, f: impl FnOnce() -> R) -> (R, Stats) {
-    let before = p.stats();
-    let r = f();
-    (r, p.stats().since(&before))
-}
-
-/// One delivery of one event.
-fn one(p: &Poller) -> pollshot::Event {
-    let mut events = Events::with_capacity(8);
-    let n = p.deliver(&mut events, LONG).unwrap();
-    assert_eq!(n, 1, "one event: {events:?}");
-    *events.iter().next().unwrap()
-}
-
-/// A notify, then a deliver that must end on it with no event.
-fn notify_and_see_nothing(p: &Poller) {
-    p.notify().unwrap();
-    let mut events = Events::with_capacity(8);
-    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 0, "{events:?}");
-    assert!(events.is_notified());
-}
-
-/// Until `n` threads are counted in `p`'s `deliver` (a hang fails).
-fn until_waiters(p: &Poller, n: usize) {
-    let start = Instant::now();
-    while p.waiters() < n {
-        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// A new event object: manual-reset (stays set until reset) or auto-reset (a
-/// satisfied wait resets it), not set.
-fn event(manual: bool) -> OwnedHandle {
-    // SAFETY: no attributes, no name; the handle returned is ours.
-    let h = unsafe { CreateEventW(ptr::null(), manual as i32, 0, ptr::null()) };
-    assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
-    // SAFETY: `h` is a new handle nothing else owns.
-    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
-}
-
-fn set(h: &OwnedHandle) {
-    // SAFETY: `h` is an open event handle.
-    assert_ne!(unsafe { SetEvent(h.as_raw_handle() as HANDLE) }, 0);
-}
-
-fn reset(h: &OwnedHandle) {
-    // SAFETY: `h` is an open event handle.
-    assert_ne!(unsafe { ResetEvent(h.as_raw_handle() as HANDLE) }, 0);
-}
 
 fn assert_not_found(r: io::Result<()>) {
     assert_eq!(r.unwrap_err().kind(), io::ErrorKind::NotFound);
@@ -278,7 +225,7 @@ fn a_set_event_is_delivered_once_and_again_only_when_rearmed() {
         s,
         Stats {
             adds: 1,
-            ctl_calls: 1, // RegisterWaitForSingleObject
+            ctl_calls: 2, // DuplicateHandle (the first arm), RegisterWaitForSingleObject
             ..Stats::default()
         }
     );

@@ -25,7 +25,9 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, NTSTATUS, STATUS_INVALID_HANDLE};
+use windows_sys::Win32::Foundation::{
+    CloseHandle, HANDLE, NTSTATUS, STATUS_INVALID_HANDLE, STATUS_OBJECT_TYPE_MISMATCH,
+};
 use windows_sys::Win32::Networking::WinSock::WSAENOTSOCK;
 use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
 
@@ -79,9 +81,11 @@ const NO_SLOT: u32 = u32::MAX;
 ///   key, the user's key as the packet's `lpOverlapped` and the interest's bits
 ///   as its byte count; delivered as an event of no registration
 ///   ([`Event::is_posted`](crate::Event::is_posted)).
-/// - waitable handles (`Poller::register_waitable`): an arm is one
-///   RegisterWaitForSingleObject (`WT_EXECUTEONLYONCE`) whose callback posts
-///   the slot and generation to the port; disarm, re-arm and deregister
+/// - waitable handles (`Poller::register_waitable`): the first arm duplicates
+///   the caller's handle (DuplicateHandle; closed when the registration ends),
+///   and an arm is one RegisterWaitForSingleObject (`WT_EXECUTEONLYONCE`) on
+///   that duplicate whose callback posts the slot and generation to the port;
+///   disarm, re-arm and deregister
 ///   unregister it with UnregisterWaitEx, which waits for a running callback
 ///   (`backends/windows/wait.rs` says why this and not wait completion packets).
 ///
@@ -95,7 +99,7 @@ const NO_SLOT: u32 = u32::MAX;
 /// Counted in [`Stats`](crate::Stats): `adds`, `modifies`, `quiets`, `deletes`
 /// per command; `ctl_calls` per system call they made (each `IOCTL_AFD_POLL`,
 /// each NtCancelIoFileEx, each `SIO_BASE_HANDLE` lookup, each
-/// RegisterWaitForSingleObject and UnregisterWaitEx); `waits` per
+/// DuplicateHandle, RegisterWaitForSingleObject and UnregisterWaitEx); `waits` per
 /// GetQueuedCompletionStatusEx; `wakes` per waker post. The user's posts are
 /// not counted (no field of `Stats` counts them).
 ///
@@ -138,9 +142,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A refused poll, for the state machine.
+/// A refused poll, for the state machine. STATUS_INVALID_HANDLE (closed) and
+/// STATUS_OBJECT_TYPE_MISMATCH (the number is another kind of object's now: a
+/// socket closed without a deregister, its value given to an event; wine's
+/// server `poll_socket` looks the handle up as a socket, `get_handle_obj`
+/// with `sock_ops`, and answers this, as probed by `tests/windows_break.rs`)
+/// are both no socket there, as a closed one: `BadFd`.
 fn refused(status: NTSTATUS) -> KernelError {
-    if status == STATUS_INVALID_HANDLE {
+    if status == STATUS_INVALID_HANDLE || status == STATUS_OBJECT_TYPE_MISMATCH {
         KernelError::BadFd
     } else {
         KernelError::Other(afd::nt_io_error(status))

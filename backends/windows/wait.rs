@@ -25,6 +25,19 @@
 //! `TpWaitForWait(.., TRUE)`, the same), so the callback's context can be freed
 //! right after it, and a deregister has taken effect when it returns: a packet
 //! the callback posted before is stale in the table, and none comes after.
+//!
+//! The pool waits on a handle of the backend's own, not on the caller's: the
+//! first arm of a registration duplicates the caller's handle
+//! (`DuplicateHandle`, same access), every arming waits on that duplicate, and
+//! it is closed when the registration ends (deregister, supersede, the
+//! poller's drop), after its wait is unregistered. `register_waitable` only
+//! borrows the handle, so safe code may close it while a wait is armed; a wait
+//! on the caller's value would then be undefined (RegisterWaitForSingleObject:
+//! the handle must stay open while the wait is pending), and in practice, on
+//! wine, a wait on whatever object the number is given to next: its signals
+//! reported for the old registration and an auto-reset event's consumed. With
+//! the duplicate, a closed handle leaves the object alive until the
+//! registration ends, and its number's next owner is never waited on.
 //! Which behaviour a wait has (when it is satisfied, what it consumes: an
 //! auto-reset event is reset, a semaphore decremented, a mutex acquired by the
 //! pool's thread) is `WaitForSingleObject`'s, which the pool calls.
@@ -39,11 +52,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use windows_sys::Win32::Foundation::{
-    GetLastError, ERROR_IO_PENDING, HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED,
+    CloseHandle, DuplicateHandle, GetLastError, DUPLICATE_SAME_ACCESS, ERROR_INVALID_HANDLE,
+    ERROR_IO_PENDING, HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, RegisterWaitForSingleObject, UnregisterWaitEx, WaitForMultipleObjects, INFINITE,
-    WT_EXECUTEINWAITTHREAD, WT_EXECUTEONLYONCE,
+    CreateEventW, GetCurrentProcess, RegisterWaitForSingleObject, UnregisterWaitEx,
+    WaitForMultipleObjects, INFINITE, WT_EXECUTEINWAITTHREAD, WT_EXECUTEONLYONCE,
 };
 
 /// Record shards, as the sockets' (`mod.rs`).
@@ -129,11 +143,78 @@ impl Wait {
     }
 }
 
-/// The waitable registrations: for each slot that holds one, the wait of its
-/// last arming (`None`: never armed, or the wait was cancelled; a wait that
-/// fired stays until the next arm or cancel unregisters it).
+/// One waitable registration: the backend's duplicate of its handle (made at
+/// the first arm, closed when the registration ends) and the wait of its last
+/// arming (`None`: never armed, or the wait was cancelled; a wait that fired
+/// stays until the next arm or cancel unregisters it).
+#[derive(Default)]
+struct Reg {
+    /// Owned; null until the first arm.
+    object: Object,
+    wait: Option<Wait>,
+}
+
+/// A handle the backend owns (null: none), closed on drop.
+struct Object(HANDLE);
+
+impl Default for Object {
+    fn default() -> Object {
+        Object(ptr::null_mut())
+    }
+}
+
+// SAFETY: a kernel handle may be used and closed from any thread.
+unsafe impl Send for Object {}
+
+impl Drop for Object {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the duplicate is this value's own, closed once. No wait
+            // is left on it: every path that drops a `Reg` (`set`, `drain`)
+            // takes its wait out and unregisters it first, and forgets the
+            // duplicate instead where that failed.
+            unsafe { CloseHandle(self.0) };
+        }
+    }
+}
+
+/// The backend's own handle for the object `h` names: DuplicateHandle with the
+/// same access, not inheritable.
+fn duplicate(h: HANDLE) -> Result<Object, KernelError> {
+    let mut dup: HANDLE = ptr::null_mut();
+    // SAFETY: both process handles are this process's pseudo-handle; `dup` is a
+    // live out-parameter; the handle made is owned by the `Object` returned.
+    let ok = unsafe {
+        DuplicateHandle(
+            GetCurrentProcess(),
+            h,
+            GetCurrentProcess(),
+            &mut dup,
+            0,
+            0,
+            DUPLICATE_SAME_ACCESS,
+        )
+    };
+    if ok == 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(ERROR_INVALID_HANDLE as i32) {
+            return Err(KernelError::Other(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pollshot arm: waitable handle {:#x} is closed (DuplicateHandle: {e}); \
+                     it must stay open until the first arm",
+                    h as usize
+                ),
+            )));
+        }
+        return Err(KernelError::Other(e));
+    }
+    Ok(Object(dup))
+}
+
+/// The waitable registrations, by slot.
 pub(crate) struct Waits {
-    shards: [Mutex<HashMap<u32, Option<Wait>>>; SHARDS],
+    shards: [Mutex<HashMap<u32, Reg>>; SHARDS],
     /// Slots held, so that a socket's arm skips the lookup when there are none.
     held: AtomicUsize,
 }
@@ -162,7 +243,7 @@ impl Waits {
         }
     }
 
-    fn shard(&self, slot: u32) -> MutexGuard<'_, HashMap<u32, Option<Wait>>> {
+    fn shard(&self, slot: u32) -> MutexGuard<'_, HashMap<u32, Reg>> {
         lock(&self.shards[slot as usize % SHARDS])
     }
 
@@ -174,10 +255,11 @@ impl Waits {
 
     /// `slot` now holds a waitable handle's registration (`true`) or not.
     /// Called under the slot's lock; a wait left from an earlier registration
-    /// (not expected: its deregister cancelled it) is cancelled.
+    /// (not expected: its deregister cancelled it) is cancelled, and the
+    /// earlier registration's duplicate handle closed.
     pub(crate) fn set(&self, slot: u32, waitable: bool) -> io::Result<()> {
         let old = if waitable {
-            let old = self.shard(slot).insert(slot, None);
+            let old = self.shard(slot).insert(slot, Reg::default());
             if old.is_none() {
                 self.held.fetch_add(1, Ordering::Relaxed);
             }
@@ -189,16 +271,27 @@ impl Waits {
             }
             old
         };
-        match old.flatten() {
+        let Some(mut old) = old else {
+            return Ok(());
+        };
+        let r = match old.wait.take() {
             Some(wait) => wait.cancel(),
             None => Ok(()),
+        };
+        if r.is_err() {
+            // A wait that could not be unregistered may still wait on the
+            // duplicate: it is left open (leaked) rather than closed under it.
+            std::mem::forget(old.object);
         }
+        r
     }
 
     /// Arms `slot` (arming `generation`) on `object`: cancels the wait of the
-    /// previous arming if there is one, then starts a new one. One
-    /// UnregisterWaitEx (if a wait was left) and one RegisterWaitForSingleObject,
-    /// each counted as a `ctl_call`.
+    /// previous arming if there is one, then starts a new one on the
+    /// registration's duplicate of `object`. One DuplicateHandle (the first arm
+    /// only), one UnregisterWaitEx (if a wait was left) and one
+    /// RegisterWaitForSingleObject, each counted as a `ctl_call`;
+    /// `InvalidInput` when the first arm finds `object` closed.
     pub(crate) fn arm(
         &self,
         port: HANDLE,
@@ -213,20 +306,31 @@ impl Waits {
         }
         // Taken out under the shard's lock, cancelled outside it: a cancel may
         // wait for a callback, which takes no lock of ours.
-        let old = match self.shard(slot).get_mut(&slot) {
-            Some(w) => w.take(),
+        let (old, mut dup) = match self.shard(slot).get_mut(&slot) {
+            Some(r) => (r.wait.take(), r.object.0),
             None => return Err(KernelError::NotFound),
         };
         if let Some(old) = old {
             counters.one(Count::CtlCall);
             old.cancel().map_err(KernelError::Other)?;
         }
+        if dup.is_null() {
+            counters.one(Count::CtlCall);
+            let owned = duplicate(object)?;
+            dup = owned.0;
+            // The poller serialises commands for one registration, and makes
+            // and removes it under the slot's lock it holds now: the record is
+            // there, and its `object` still null.
+            match self.shard(slot).get_mut(&slot) {
+                Some(r) => r.object = owned,
+                None => return Err(KernelError::NotFound),
+            }
+        }
         counters.one(Count::CtlCall);
-        let wait = Wait::start(port, object, slot, generation).map_err(KernelError::Other)?;
-        // The poller serialises commands for one registration and makes and
-        // removes it under the slot's lock it holds now: the record is there.
+        let wait = Wait::start(port, dup, slot, generation).map_err(KernelError::Other)?;
+        // As above: the record is there.
         let stray = match self.shard(slot).get_mut(&slot) {
-            Some(w) => w.replace(wait),
+            Some(r) => r.wait.replace(wait),
             None => Some(wait),
         };
         match stray {
@@ -239,7 +343,7 @@ impl Waits {
     /// `ctl_call`); `NotFound` if the slot holds no waitable registration.
     pub(crate) fn cancel(&self, slot: u32, counters: &Counters) -> Result<(), KernelError> {
         let wait = match self.shard(slot).get_mut(&slot) {
-            Some(w) => w.take(),
+            Some(r) => r.wait.take(),
             None => return Err(KernelError::NotFound),
         };
         match wait {
@@ -251,12 +355,17 @@ impl Waits {
         }
     }
 
-    /// Cancels every wait (the poller's drop, before its port is closed).
+    /// Cancels every wait and closes every duplicate (the poller's drop, before
+    /// its port is closed).
     pub(crate) fn drain(&self) {
         for shard in &self.shards {
-            let waits: Vec<Wait> = lock(shard).drain().filter_map(|(_, w)| w).collect();
-            for w in waits {
-                let _ = w.cancel();
+            let regs: Vec<Reg> = lock(shard).drain().map(|(_, r)| r).collect();
+            for mut r in regs {
+                let unregistered = r.wait.take().map_or(true, |w| w.cancel().is_ok());
+                if !unregistered {
+                    // As in `set`: still waited on, so left open.
+                    std::mem::forget(r.object);
+                }
             }
         }
         self.held.store(0, Ordering::Relaxed);

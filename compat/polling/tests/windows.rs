@@ -158,6 +158,21 @@ fn bad_sources_are_clear_errors() {
     assert!(poller.supports_level());
     // Nothing stayed registered after the errors.
     unsafe { poller.add(a.as_raw_socket(), Event::none(1)) }.unwrap();
+    // A registered socket's handle given as a waitable: refused, and the
+    // socket's registration is left as it was.
+    let e = unsafe {
+        poller.add_waitable(
+            a.as_raw_socket() as RawHandle,
+            Event::readable(2),
+            PollMode::Oneshot,
+        )
+    }
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    poller.modify(&a, Event::writable(1)).unwrap();
+    let evs = wait(&poller, Some(Duration::from_secs(20)));
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(evs[0].key, 1);
     poller.delete(&a).unwrap();
 }
 

@@ -74,7 +74,8 @@ pub trait PollerIocpExt: PollerSealed {
     /// - `ErrorKind::AlreadyExists`: the handle is registered already.
     /// - `ErrorKind::Unsupported`: `mode` is `Edge` or `EdgeOneshot`.
     /// - pollshot's or the kernel's error registering or arming it (a handle that
-    ///   cannot be waited on). Nothing stays registered after an error.
+    ///   cannot be waited on, or a socket's: `InvalidInput`). Nothing stays
+    ///   registered after an error.
     unsafe fn add_waitable(
         &self,
         handle: impl AsRawWaitable,

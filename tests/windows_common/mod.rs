@@ -1,0 +1,86 @@
+//! Helpers of the Windows test binaries (`windows.rs`, `windows_iocp.rs`,
+//! `windows_break.rs`): loopback socket pairs, event objects, counted calls, and
+//! the deliveries they assert. Timing never decides a pass: [`LONG`] only turns
+//! a lost event or a hang into a failure.
+
+#![allow(dead_code)] // each test binary uses the helpers it needs
+
+use pollshot::{Events, Poller, Stats};
+use std::io;
+use std::net::{TcpListener, TcpStream};
+use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
+use std::ptr;
+use std::thread;
+use std::time::{Duration, Instant};
+use windows_sys::Win32::Foundation::HANDLE;
+use windows_sys::Win32::System::Threading::{CreateEventW, ResetEvent, SetEvent};
+
+/// Trials of each racy scenario.
+pub const TRIALS: usize = 20;
+/// Long enough that only a lost event or a hang reaches it.
+pub const LONG: Option<Duration> = Some(Duration::from_secs(20));
+
+/// A connected, non-blocking TCP loopback pair (Windows has no socketpair).
+pub fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    for s in [&a, &b] {
+        s.set_nonblocking(true).unwrap();
+        s.set_nodelay(true).unwrap();
+    }
+    (a, b)
+}
+
+/// The counts `f` cost.
+pub fn delta<R>(p: &Poller, f: impl FnOnce() -> R) -> (R, Stats) {
+    let before = p.stats();
+    let r = f();
+    (r, p.stats().since(&before))
+}
+
+/// One delivery of one event.
+pub fn one(p: &Poller) -> pollshot::Event {
+    let mut events = Events::with_capacity(8);
+    let n = p.deliver(&mut events, LONG).unwrap();
+    assert_eq!(n, 1, "one event: {events:?}");
+    *events.iter().next().unwrap()
+}
+
+/// A notify, then a deliver that must end on it with no event. Completion
+/// ports are FIFO: that deliver has dequeued every packet queued before it.
+pub fn notify_and_see_nothing(p: &Poller) {
+    p.notify().unwrap();
+    let mut events = Events::with_capacity(8);
+    assert_eq!(p.deliver(&mut events, LONG).unwrap(), 0, "{events:?}");
+    assert!(events.is_notified());
+}
+
+/// Until `n` threads are counted in `p`'s `deliver` (a hang fails).
+pub fn until_waiters(p: &Poller, n: usize) {
+    let start = Instant::now();
+    while p.waiters() < n {
+        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A new event object: manual-reset (stays set until reset) or auto-reset (a
+/// satisfied wait resets it), not set.
+pub fn event(manual: bool) -> OwnedHandle {
+    // SAFETY: no attributes, no name; the handle returned is ours.
+    let h = unsafe { CreateEventW(ptr::null(), manual as i32, 0, ptr::null()) };
+    assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
+    // SAFETY: `h` is a new handle nothing else owns.
+    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
+}
+
+pub fn set(h: &OwnedHandle) {
+    // SAFETY: `h` is an open event handle.
+    assert_ne!(unsafe { SetEvent(h.as_raw_handle() as HANDLE) }, 0);
+}
+
+pub fn reset(h: &OwnedHandle) {
+    // SAFETY: `h` is an open event handle.
+    assert_ne!(unsafe { ResetEvent(h.as_raw_handle() as HANDLE) }, 0);
+}
