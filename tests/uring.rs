@@ -158,6 +158,60 @@ mod uring_only {
         p.deregister(t).unwrap();
     }
 
+    /// Another registration's deregister submits the queue as a wait does: its
+    /// `io_uring_enter` (it waits for its own request's end) issues every queued
+    /// request, and the kernel resolves each one's number then (`io_issue_sqe` in
+    /// io_uring/io_uring.c: `io_assign_file`, a plain `fget`), so an arm whose
+    /// number was closed since is answered -EBADF there, with no wait between.
+    /// The next re-arm answers as epoll's would: EBADF while the number is closed
+    /// (the modify answers `NotFound`, the add's check EBADF), and once the number
+    /// names a descriptor again, an add that watches it. Were the request still
+    /// queued, that re-arm would be queued too and answer Ok. (The fuzzer's case:
+    /// `fuzz/regressions/uring_real/deregister_submits_arm_of_closed_number*`.)
+    #[test]
+    fn deregister_submits_an_arm_whose_number_was_closed() {
+        const MIN_FD: i32 = 3500; // this test's own range, see `high_dup`
+        let p = poller::<Uring>();
+        let (_a, b) = socketpair(); // `_a` open: `b` is not readable
+        let x = crate::common::high_dup(&b, MIN_FD);
+        let n = x.as_raw_fd();
+        let t = p.register(&x).unwrap();
+        p.arm(t, Interest::READABLE).unwrap(); // checked open, queued
+        let (_c, d) = socketpair();
+        let other = p.register(&d).unwrap();
+        p.arm(other, Interest::READABLE).unwrap();
+        drop(x);
+        costs(&p, 1, "the deregister's enter", || p.deregister(other));
+        #[cfg(feature = "stats")]
+        let before = p.stats();
+        let e = p.arm(t, Interest::WRITABLE).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        #[cfg(feature = "stats")]
+        {
+            let d = p.stats().since(&before);
+            assert_eq!(
+                (d.modifies, d.not_found_to_add, d.adds, d.ctl_calls),
+                (1, 1, 1, 1),
+                "a modify answered NotFound, an add's fcntl EBADF: {d:?}"
+            );
+        }
+        // The number names a socket again: the same re-arm is an add.
+        let (_e, f) = socketpair();
+        let again = crate::common::high_dup(&f, n);
+        assert_eq!(again.as_raw_fd(), n, "the number was free");
+        #[cfg(feature = "stats")]
+        let before = p.stats();
+        p.arm(t, Interest::WRITABLE).unwrap();
+        #[cfg(feature = "stats")]
+        {
+            let d = p.stats().since(&before);
+            assert_eq!((d.modifies, d.not_found_to_add, d.adds), (1, 1, 1), "{d:?}");
+        }
+        let ev = expect_one(&p, t);
+        assert!(ev.is_writable() && !ev.is_error(), "{ev:?}");
+        p.deregister(t).unwrap();
+    }
+
     /// More completions at once than the completion queue holds (512): 1,200
     /// always-ready registrations (dups of `/dev/null`) armed before one deliver.
     /// The kernel keeps the excess (`IORING_SQ_CQ_OVERFLOW`); every one is delivered

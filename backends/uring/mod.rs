@@ -100,7 +100,10 @@ use std::time::Duration;
 /// issues nothing. The state machine's commands are still counted as such
 /// (`adds`, `modifies`, `quiets`, `deletes`), so the counts match the other
 /// backends'. One consequence: the descriptor *number* is resolved when the request
-/// is submitted, at the next wait, not when `arm` returns. A number closed in
+/// is submitted, not when `arm` returns: at the next wait, or at any earlier
+/// `io_uring_enter` (another registration's deregister, a full submission queue),
+/// which issues every queued request (`io_issue_sqe` in io_uring/io_uring.c looks
+/// the number up through `io_assign_file`). A number closed in
 /// between completes with `-EBADF`, which is not reported (as epoll drops a closed
 /// descriptor): the next re-arm answers `NotFound`, so the state machine's add
 /// checks the number and fails with EBADF, and a disarm or delete answers EBADF; a

@@ -668,7 +668,43 @@ impl<B: Backend> Harness<B> {
         self.diverged
     }
 
+    /// io_uring: a step whose system calls went past its adds' `fcntl(F_GETFD)`
+    /// may have entered the ring outside a wait (a deregister's, or a
+    /// superseding register's, `io_uring_enter` that waits for its requests'
+    /// end; a full submission queue's), submitting every queued request: one
+    /// whose number was closed since its arm answered -EBADF there, and the
+    /// backend answers its next re-arm `NotFound`. The model drops such entries
+    /// too ([`Model::poll_submitted`](pollshot::model::Model::poll_submitted)),
+    /// but `own`'s (the slot the step armed: its request is pushed after the
+    /// submission). Also an `epoll_ctl` counts: a drop the ring did not make
+    /// only ends the run earlier (`parted`, `repaired_unseen`).
+    #[cfg(feature = "stats")]
+    fn submitted(&mut self, before: &pollshot::Stats, _: RealOp, own: Option<Fd>) {
+        let d = self.poller.stats().since(before);
+        if self.uring && d.ctl_calls > d.adds {
+            let own = own.map(|fd| fd as u32);
+            self.sim.model_mut().poll_submitted(own);
+        }
+    }
+
+    /// Without `stats`: every deregister (a superseding register's too) is
+    /// taken to have entered.
+    #[cfg(not(feature = "stats"))]
+    fn submitted(&mut self, _: &(), op: RealOp, _: Option<Fd>) {
+        if self.uring && matches!(op, RealOp::Register { .. } | RealOp::Deregister { .. }) {
+            self.sim.model_mut().poll_submitted(None);
+        }
+    }
+
     fn step(&mut self, op: RealOp) {
+        #[cfg(feature = "stats")]
+        let before = self.poller.stats();
+        #[cfg(not(feature = "stats"))]
+        let before = ();
+        let own = match op {
+            RealOp::Arm { reg, .. } => self.pick_reg(reg).map(|o| self.sim.owners()[o].fd),
+            _ => None,
+        };
         match op {
             RealOp::Open { kind } => self.open(kind),
             RealOp::Dup { fd } => self.dup(fd),
@@ -681,6 +717,8 @@ impl<B: Backend> Harness<B> {
             | RealOp::ClosePeer { .. } => self.io(op),
             RealOp::Register { fd } => {
                 let Some(fd) = self.pick_fd(fd) else { return };
+                // A registration of the number already: superseded, deregistered.
+                let supersedes = self.sim.owners().iter().any(|o| o.alive && o.fd == fd);
                 let token = self
                     .poller
                     .register(&self.locals[&fd].fd)
@@ -688,7 +726,8 @@ impl<B: Backend> Harness<B> {
                 let owner = self.sim.register(fd);
                 assert_eq!(owner, self.tokens.len());
                 self.tokens.push(token);
-                self.counters("register", 0, 0, 0);
+                // io_uring: that deregister waits as `Deregister`'s does (below).
+                self.counters("register", u64::from(self.uring && supersedes), 0, 0);
             }
             RealOp::Arm { reg, interest } => {
                 let Some(o) = self.pick_reg(reg) else { return };
@@ -735,6 +774,15 @@ impl<B: Backend> Harness<B> {
                 let pending = self.sim.notify();
                 self.counters("notify", 0, (!pending) as u64, 0);
             }
+        }
+        if matches!(
+            op,
+            RealOp::Register { .. }
+                | RealOp::Arm { .. }
+                | RealOp::Disarm { .. }
+                | RealOp::Deregister { .. }
+        ) {
+            self.submitted(&before, op, own);
         }
         self.sim.check();
     }

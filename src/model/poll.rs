@@ -105,6 +105,27 @@ impl Model {
         out
     }
 
+    /// A submission of io_uring's queue outside a wait, for a harness that mirrors
+    /// the io_uring backend (`backends/uring/`) by this set: a deregister's
+    /// `io_uring_enter` (it waits for its own requests' end), or a full
+    /// submission queue's. The kernel resolves each queued poll request's number
+    /// as it issues it (`io_issue_sqe` in io_uring/io_uring.c: `io_assign_file`
+    /// takes the file through `io_file_get_normal`, a plain `fget`, and answers
+    /// -EBADF where the number is closed), so every armed entry whose number is
+    /// closed is dropped, reporting nothing, as [`Model::wait`] drops it for
+    /// POLLNVAL; the backend drops such a request alike, and answers a re-arm
+    /// `NotFound`. `except`: the slot of the command that submitted, whose new
+    /// request is pushed after the submission. An entry whose request was
+    /// submitted before its number was closed holds the file in the kernel and
+    /// is dropped here all the same (the set cannot tell): a harness ends the run
+    /// where that makes the two differ, as it does for [`Model::wait`]'s drop.
+    pub fn poll_submitted(&mut self, except: Option<u32>) {
+        let fds = &self.fds;
+        self.pollset.retain(|&slot, e| {
+            e.armed.is_none() || fds.contains_key(&e.fd) || Some(slot) == except
+        });
+    }
+
     /// poll(2)'s part of [`Model::view`].
     pub(super) fn poll_view(&self, slot: u32) -> KernelView {
         match self.pollset.get(&slot) {
