@@ -820,20 +820,20 @@ impl<B: Backend> Poller<B> {
             }
             // The synthetic lock is released before any slot's: arm takes them
             // in the other order.
+            // The same slot access as a kernel event's (`Table::deliver`): current
+            // when the queued generation is the arming in force.
             for &(slot, generation) in &taken {
-                let current = self.table.lock(slot as usize).and_then(|mut guard| {
-                    let entry = guard.as_mut()?;
-                    let token = entry.token;
-                    let interest = entry.state.on_event(Some(generation))?;
-                    Some((token, interest, guard.key()))
-                });
-                match current {
-                    Some((token, interest, key)) => events.push(Event {
+                match self.table.deliver(slot as usize, |g, _| g == generation) {
+                    Delivery::Taken {
+                        token,
+                        interest,
+                        key,
+                    } => events.push(Event {
                         token,
                         key,
                         readiness: synthetic_readiness(interest),
                     }),
-                    None => self.backend.counters().one(Count::Stale),
+                    _ => self.backend.counters().one(Count::Stale),
                 }
             }
         }

@@ -210,13 +210,6 @@ pub(crate) struct SlotGuard<'a> {
 }
 
 impl SlotGuard<'_> {
-    /// The key of the slot's registration (its owner's word, `Poller::register_with`).
-    /// Meaningful while occupied.
-    #[inline(always)]
-    pub(crate) fn key(&self) -> usize {
-        self.key.load(Ordering::Relaxed)
-    }
-
     /// Sets the key of the slot's registration: seen by every later holder of the
     /// lock (the unlock publishes it).
     #[inline(always)]
