@@ -22,11 +22,11 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::windows::io::{AsRawHandle, AsRawSocket, OwnedHandle};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use windows_common::{
-    delta, event, notify_and_see_nothing, one, set, tcp_pair, until_waiters, LONG, TRIALS,
+    delta, event, notify_and_see_nothing, on_cue, one, set, tcp_pair, until_waiters, LONG, TRIALS,
 };
 
 /// A new pair whose accepted socket has handle value `value`, if one comes in
@@ -161,15 +161,10 @@ fn a_deregister_racing_a_ready_socket_and_a_blocked_deliver() {
             })
         };
         until_waiters(&p, 1);
-        let go = Arc::new(Barrier::new(2));
-        let writer = {
-            let go = Arc::clone(&go);
-            thread::spawn(move || {
-                go.wait();
-                a.write_all(b"x").unwrap();
-                a
-            })
-        };
+        let (go, writer) = on_cue(move || {
+            a.write_all(b"x").unwrap();
+            a
+        });
         go.wait();
         p.deregister(t).unwrap();
         drop(b);

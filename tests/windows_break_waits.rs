@@ -16,11 +16,11 @@ use pollshot::{Events, Interest, Poller};
 use std::io;
 use std::os::windows::io::{AsRawHandle, AsRawSocket, FromRawHandle, OwnedHandle, RawHandle};
 use std::ptr;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use windows_common::{
-    delta, event, notify_and_see_nothing, one, set, tcp_pair, until_waiters, LONG, TRIALS,
+    delta, event, notify_and_see_nothing, on_cue, one, set, tcp_pair, until_waiters, LONG, TRIALS,
 };
 use windows_sys::Win32::Foundation::{HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT};
 use windows_sys::Win32::System::Threading::{CreateEventW, WaitForSingleObject};
@@ -152,13 +152,9 @@ fn a_set_racing_deregister_with_a_blocked_deliver() {
             })
         };
         until_waiters(&p, 1);
-        let go = Arc::new(Barrier::new(2));
-        let setter = {
-            let (ev, go) = (Arc::clone(&ev), Arc::clone(&go));
-            thread::spawn(move || {
-                go.wait();
-                set(&ev);
-            })
+        let (go, setter) = {
+            let ev = Arc::clone(&ev);
+            on_cue(move || set(&ev))
         };
         go.wait();
         p.deregister(t).unwrap();

@@ -18,11 +18,11 @@ use pollshot::{Events, Interest, Poller, Stats, Token};
 use std::io;
 use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
 use std::ptr;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use windows_common::{
-    delta, event, notify_and_see_nothing, one, reset, set, until_waiters, LONG, TRIALS,
+    delta, event, notify_and_see_nothing, on_cue, one, reset, set, until_waiters, LONG, TRIALS,
 };
 use windows_sys::Win32::Foundation::{HANDLE, INVALID_HANDLE_VALUE};
 use windows_sys::Win32::System::Memory::{CreateFileMappingW, PAGE_READWRITE};
@@ -351,13 +351,9 @@ fn a_signal_racing_deregister_is_never_delivered_after_it() {
         let ev = Arc::new(event(true));
         let t = p.register_waitable(&*ev, trial).unwrap();
         p.arm(t, Interest::READABLE).unwrap();
-        let go = Arc::new(Barrier::new(2));
-        let setter = {
-            let (ev, go) = (Arc::clone(&ev), Arc::clone(&go));
-            thread::spawn(move || {
-                go.wait();
-                set(&ev);
-            })
+        let (go, setter) = {
+            let ev = Arc::clone(&ev);
+            on_cue(move || set(&ev))
         };
         go.wait();
         let before = p.stats();

@@ -1,5 +1,6 @@
 //! Helpers of the Windows test binaries (`windows.rs`, `windows_iocp.rs`,
-//! `windows_break.rs`): loopback socket pairs, event objects, counted calls, and
+//! `windows_break.rs`, `windows_break_waits.rs`): loopback socket pairs, event
+//! objects, a thread started on cue, counted calls, and
 //! the deliveries they assert. Timing never decides a pass: [`LONG`] only turns
 //! a lost event or a hang into a failure.
 
@@ -10,6 +11,7 @@ use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
 use std::ptr;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 use windows_sys::Win32::Foundation::HANDLE;
@@ -73,6 +75,20 @@ pub fn event(manual: bool) -> OwnedHandle {
     assert!(!h.is_null(), "CreateEventW: {}", io::Error::last_os_error());
     // SAFETY: `h` is a new handle nothing else owns.
     unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
+}
+
+/// Starts a thread that runs `f` once the caller reaches the returned barrier
+/// too (`go.wait()`): the two then race, as a scenario's trials need.
+pub fn on_cue<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> (Arc<Barrier>, thread::JoinHandle<R>) {
+    let go = Arc::new(Barrier::new(2));
+    let cue = Arc::clone(&go);
+    let handle = thread::spawn(move || {
+        cue.wait();
+        f()
+    });
+    (go, handle)
 }
 
 pub fn set(h: &OwnedHandle) {
