@@ -11,7 +11,7 @@ use crate::state::{Armed, Fallbacks, Kernel, KernelError, RegState};
 use crate::stats::Count;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::{Mutex, MutexGuard};
-use crate::table::{Delivery, Entry, SlotGuard, Table};
+use crate::table::{Delivery, Entry, Live, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::{self, Fetched, Notifies, Source};
 use std::io;
@@ -586,11 +586,68 @@ impl<B: Backend> Poller<B> {
         let Some(mut live) = self.table.live(token) else {
             return Err(error::unknown_token("arm", token));
         };
+        // The common re-arm, one kernel modify: `RegState::arm`'s first step,
+        // taken here inline (the same three calls `arm` makes), so that it builds
+        // nothing in memory. Every other arm goes through `RegState::arm_other`.
+        if let Some(next) = live.state.rearm_generation(interest) {
+            let tag = Tag {
+                slot: token.slot(),
+                incarnation: token.incarnation(),
+                generation: next,
+            };
+            return match self
+                .backend
+                .modify(crate::raw::fd_at(token.index()), tag, interest)
+            {
+                Ok(()) => {
+                    live.state.rearmed(interest, next);
+                    live.store();
+                    Ok(())
+                }
+                Err(e) => self.arm_refused(live, token, interest, e),
+            };
+        }
+        self.arm_other(live, token, interest)
+    }
+
+    /// [`arm`](Self::arm) whose re-arm the kernel refused with `e`
+    /// (`RegState::modify_refused`: ENOENT becomes an add).
+    #[cold]
+    #[inline(never)]
+    fn arm_refused(
+        &self,
+        live: Live<'_>,
+        token: Token,
+        interest: Interest,
+        e: KernelError,
+    ) -> io::Result<()> {
         let mut fb = Fallbacks::default();
-        // On a copy: the guard stays out of memory that the state machine's
-        // out-of-line paths take a reference to.
         let mut state = live.state;
-        let armed = state.arm(interest, &mut self.kernel_for(token), &mut fb);
+        let armed = state.modify_refused(e, interest, &mut self.kernel_for(token), &mut fb);
+        self.arm_finish(live, state, token, armed, fb)
+    }
+
+    /// [`arm`](Self::arm) other than the common re-arm: already armed for
+    /// `interest`, fresh (the first arm), or always ready.
+    #[inline(never)]
+    fn arm_other(&self, live: Live<'_>, token: Token, interest: Interest) -> io::Result<()> {
+        let mut fb = Fallbacks::default();
+        let mut state = live.state;
+        let armed = state.arm_other(interest, &mut self.kernel_for(token), &mut fb);
+        self.arm_finish(live, state, token, armed, fb)
+    }
+
+    /// Writes an arm's new `state` to its locked slot, counts its fallbacks,
+    /// queues its synthetic event if it has one, and unlocks the slot.
+    #[inline(always)]
+    fn arm_finish(
+        &self,
+        mut live: Live<'_>,
+        state: RegState,
+        token: Token,
+        armed: Result<Armed, KernelError>,
+        fb: Fallbacks,
+    ) -> io::Result<()> {
         live.state = state;
         live.store();
         self.count_fallbacks(fb);

@@ -235,23 +235,58 @@ impl RegState {
         kernel: &mut K,
         fallbacks: &mut Fallbacks,
     ) -> Result<Armed, KernelError> {
-        let armed = code_of(Phase::Armed(interest));
-        if self.code() == armed {
-            return Ok(Armed::Unchanged);
-        }
-        if self.bits != code_of(Phase::Fresh) && !self.is_always_ready() {
+        if let Some(next) = self.rearm_generation(interest) {
             // Idle, or armed for another interest: the kernel holds it, re-arm.
             // The common case, kept small enough to inline into the caller; the
             // fallbacks are out of line.
-            let next = self.generation.wrapping_add(1);
             return match kernel.modify(interest, next) {
                 Ok(()) => {
-                    self.generation = next;
-                    self.bits = armed;
+                    self.rearmed(interest, next);
                     Ok(Armed::Kernel)
                 }
                 Err(e) => self.modify_refused(e, interest, kernel, fallbacks),
             };
+        }
+        self.arm_other(interest, kernel, fallbacks)
+    }
+
+    /// The common [`arm`](Self::arm): `Some(generation)` when arming for
+    /// `interest` is one kernel modify tagged with that generation (the kernel
+    /// holds the registration, idle or armed for another interest, and it is not
+    /// always ready); then [`rearmed`](Self::rearmed) records its success and
+    /// [`modify_refused`](Self::modify_refused) handles its refusal. `None` for
+    /// every other arm ([`arm`](Self::arm) itself). The poller runs these three
+    /// steps inline, as `arm` composes them, so that the common re-arm builds
+    /// nothing in memory.
+    #[inline(always)]
+    pub(crate) fn rearm_generation(&self, interest: Interest) -> Option<u32> {
+        let armed = code_of(Phase::Armed(interest));
+        if self.code() != armed && self.bits != code_of(Phase::Fresh) && !self.is_always_ready() {
+            Some(self.generation.wrapping_add(1))
+        } else {
+            None
+        }
+    }
+
+    /// The kernel accepted the modify [`rearm_generation`](Self::rearm_generation)
+    /// planned: armed for `interest` at generation `next`.
+    #[inline(always)]
+    pub(crate) fn rearmed(&mut self, interest: Interest, next: u32) {
+        self.generation = next;
+        self.bits = code_of(Phase::Armed(interest));
+    }
+
+    /// [`arm`](Self::arm) other than the common re-arm: unchanged (already armed
+    /// for `interest`), fresh, or always ready.
+    #[inline(never)]
+    pub(crate) fn arm_other<K: Kernel>(
+        &mut self,
+        interest: Interest,
+        kernel: &mut K,
+        fallbacks: &mut Fallbacks,
+    ) -> Result<Armed, KernelError> {
+        if self.code() == code_of(Phase::Armed(interest)) {
+            return Ok(Armed::Unchanged);
         }
         self.arm_fresh_or_always_ready(interest, kernel, fallbacks)
     }
@@ -260,7 +295,7 @@ impl RegState {
     /// kernel refused with `e`: ENOENT becomes an add.
     #[cold]
     #[inline(never)]
-    fn modify_refused<K: Kernel>(
+    pub(crate) fn modify_refused<K: Kernel>(
         &mut self,
         e: KernelError,
         interest: Interest,
@@ -280,7 +315,7 @@ impl RegState {
 
     /// [`arm`](Self::arm) of a fresh registration (add; EEXIST becomes a
     /// modify) or an always-ready one (no command).
-    #[inline(never)]
+    #[inline(always)]
     fn arm_fresh_or_always_ready<K: Kernel>(
         &mut self,
         interest: Interest,

@@ -44,15 +44,18 @@
 //!
 //! Slots live in *chunks* allocated on first use and freed only with the table,
 //! so a lookup is lock-free: an acquire load per level, never a lock. Indices below
-//! 8,128 are in seven small chunks of 64, 128, ..., 4,096 slots (a poller with a
-//! few low descriptors pays 1.5 KiB); indices from 8,128 on are in *pages* of
-//! 4,096 slots (96 KiB with their keys), found through a directory of 19 segments where segment `s`
-//! holds 2^s page pointers. Every pointer at every level is written once (null to
-//! an allocation) under `grow` and never changed again until `Drop`. A table
-//! whose highest index is `n` holds at most `n + 4096` slots beyond the first
-//! 8,128: 24 bytes per registration (16 for the slot, 8 for the key on 64-bit
-//! targets) plus at most 96 KiB, whatever `n` is, with sparse numbers costing a
-//! page each.
+//! 8,128 are in 127 small chunks of 64 slots each (1.5 KiB with their keys, so a
+//! poller with a few low descriptors pays 1.5 KiB), found through an array of
+//! their pointers inside the table: a lookup there is the chunk's pointer (index /
+//! 64) and the slot's place in the chunk from a 64-entry table made at compile
+//! time, with no arithmetic that depends on the chunk. Indices from 8,128 on are
+//! in *pages* of 4,096 slots (96 KiB with their keys), found through a directory
+//! of 19 segments where segment `s` holds 2^s page pointers. Every pointer at
+//! every level is written once (null to an allocation) under `grow` and never
+//! changed again until `Drop`. A table whose highest index is `n` holds at most
+//! `n + 64` slots below 8,128 and `n + 4096` beyond: 24 bytes per registration
+//! (16 for the slot, 8 for the key on 64-bit targets) plus at most 96 KiB,
+//! whatever `n` is, with sparse numbers costing a chunk or a page each.
 //!
 //! # Cache lines
 //!
@@ -60,8 +63,8 @@
 //! cost 64 bytes per registration; instead the slots of one line are numbers far
 //! apart: within a chunk of `L` lines, consecutive numbers are two lines (128
 //! bytes, the pair the adjacent-line prefetcher fetches together) apart, and the
-//! four numbers of one line are `L` apart (`L` is 16 in the first chunk, 1,024 in
-//! a page). Numbers opened one after the other (the two ends of a socketpair, a
+//! four numbers of one line are `L` apart (`L` is 16 in a small chunk, 1,024 in a
+//! page). Numbers opened one after the other (the two ends of a socketpair, a
 //! burst of accepted connections handed to different threads) therefore never
 //! share a written line.
 //!
@@ -91,14 +94,14 @@ use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::sync::PoisonError;
 
-/// Slots in the first small chunk; small chunk `c` holds `FIRST << c`.
+/// Slots in a small chunk: chunk `c` holds indices `c * FIRST ..= c * FIRST + 63`.
 const FIRST: usize = 64;
 /// Small chunks.
-const SMALL: usize = 7;
-/// Slots per page (and in the last small chunk).
-const PAGE: usize = FIRST << (SMALL - 1);
+const SMALL: usize = 127;
+/// Slots per page.
+const PAGE: usize = 4096;
 /// The first index kept in pages: the small chunks hold every index below it.
-const PAGED: usize = FIRST * ((1 << SMALL) - 1);
+const PAGED: usize = FIRST * SMALL;
 /// Segments of the page directory: segment `s` holds `1 << s` page pointers, so
 /// 19 of them hold `2^19 - 1` pages, more than the `(2^31 - PAGED) / PAGE` that
 /// every non-negative `i32` descriptor number needs.
@@ -329,8 +332,7 @@ pub(crate) enum Delivery {
 
 /// The table. See the module docs.
 pub(crate) struct Table {
-    /// Small chunk `c`: `FIRST << c` slots, as `(FIRST << c) / SLOTS_PER_BLOCK`
-    /// blocks.
+    /// Small chunk `c`: `FIRST` slots, as `FIRST / SLOTS_PER_BLOCK` blocks.
     small: [AtomicPtr<Block>; SMALL],
     /// Directory segment `s`: `1 << s` page pointers, each to
     /// `PAGE / SLOTS_PER_BLOCK` blocks.
@@ -371,8 +373,7 @@ fn log2(n: usize) -> usize {
 #[inline(always)]
 fn place(index: usize) -> Place {
     if index < PAGED {
-        let chunk = log2(index / FIRST + 1);
-        Place::Small(chunk, index - FIRST * ((1 << chunk) - 1))
+        Place::Small(index / FIRST, index % FIRST)
     } else {
         let rest = index - PAGED;
         let n = rest / PAGE + 1;
@@ -411,7 +412,7 @@ unsafe fn slot_at<'a>(
 /// The position, in slots, of `offset` in a chunk of `size` slots (`LANES <<
 /// line_bits`), `top_shift` being `line_bits - 1` (see [`slot_at`]).
 #[inline(always)]
-fn position(offset: usize, size: usize, top_shift: u32) -> usize {
+const fn position(offset: usize, size: usize, top_shift: u32) -> usize {
     let top = offset >> top_shift;
     ((offset << 3) & (size - 1)) | (((top * 9) >> 1) & 7)
 }
@@ -435,10 +436,29 @@ unsafe fn slot_in<'a>(base: *const Block, pos: usize) -> (&'a Slot, &'a AtomicUs
     (unsafe { &*lines.add(s) }, &block.keys[s])
 }
 
-/// `log2` of the lines in small chunk `c`.
-const fn small_line_bits(chunk: usize) -> u32 {
-    (FIRST / LANES).trailing_zeros() + chunk as u32
-}
+/// `log2` of the lines in a small chunk.
+const SMALL_LINE_BITS: u32 = (FIRST / LANES).trailing_zeros();
+
+/// Where offset `o` of a small chunk lives, in bytes from the chunk's start:
+/// [`slot_at`]'s slot (`.0`) and key (`.1`), worked out at compile time, so that a
+/// lookup below `PAGED` is one load of the chunk's pointer and one of this table
+/// (128 bytes each, on lines every lookup reads).
+const SMALL_PLACES: ([u16; FIRST], [u16; FIRST]) = {
+    let mut slots = [0u16; FIRST];
+    let mut keys = [0u16; FIRST];
+    let mut o = 0;
+    while o < FIRST {
+        let pos = position(o, FIRST, SMALL_LINE_BITS - 1);
+        let block = pos / SLOTS_PER_BLOCK * std::mem::size_of::<Block>();
+        let s = pos % SLOTS_PER_BLOCK;
+        slots[o] = (block + s * std::mem::size_of::<Slot>()) as u16;
+        keys[o] = (block
+            + BLOCK_LINES * std::mem::size_of::<Line>()
+            + s * std::mem::size_of::<AtomicUsize>()) as u16;
+        o += 1;
+    }
+    (slots, keys)
+};
 /// `log2` of the lines in a page.
 const PAGE_LINE_BITS: u32 = (PAGE / LANES).trailing_zeros();
 
@@ -487,35 +507,27 @@ impl Table {
         // too, and needs no second compare.)
         const _: () = assert!(PAGED < MAX_SLOTS);
         if index < PAGED {
-            // `place`'s small chunk, from the top bit of `index + FIRST`: chunk
-            // `c` holds the indices whose `index + FIRST` has its top bit at
-            // `c + log2(FIRST)`, and the offset is what is below that bit.
-            let n = index + FIRST;
-            let top = n.ilog2();
-            let chunk = (top - FIRST.trailing_zeros()) as usize;
-            debug_assert_eq!(place(index), Place::Small(chunk, n ^ (1 << top)));
-            debug_assert_eq!(1 << (top - 4), (1 << small_line_bits(chunk)) / BLOCK_LINES);
-            let base = self.small[chunk].load(Ordering::Acquire);
+            let base = self.small[index / FIRST].load(Ordering::Acquire);
             if base.is_null() {
                 return None;
             }
-            // `slot_at(base, small_line_bits(chunk), offset)` worked out from `n`
-            // (the chunk's `1 << top` slots are `1 << (top - 4)` blocks): the
-            // position `((offset << 3) & (size - 1)) | rotated` (see `position`)
-            // is block `(offset >> 1) % blocks`, and in it slot `(offset & 1) << 3 |
-            // rotated`, where `rotated` comes from the top three bits of `offset`.
-            // `n` has `offset`'s bits below `top`, and its bit `top` falls out of
-            // both masks, so `offset` is never formed.
-            let block = (n >> 1) & ((1 << (top - 4)) - 1);
-            let high = (n >> (top - 3)) & 7;
-            let s = (n & 1) << 3 | ((high * 9) >> 1) & 7;
+            let o = index % FIRST;
+            let (slots, keys) = &SMALL_PLACES;
             // SAFETY: a non-null small-chunk pointer was stored (release, read
-            // here with acquire, so the lines' initialisation is visible) by
-            // `slot_for_insert` from `new_blocks` of `FIRST << chunk` slots,
-            // i.e. `1 << (top - 4)` blocks, and `block` is below that; `s` is
-            // below `SLOTS_PER_BLOCK`. It is freed only by `drop`, which needs
-            // `&mut self`, so it outlives this borrow of `self`.
-            return Some(unsafe { slot_in(base, block * SLOTS_PER_BLOCK + s) });
+            // here with acquire, so the blocks' initialisation is visible) by
+            // `slot_for_insert` from `new_blocks(FIRST)`, and `SMALL_PLACES` holds
+            // `slot_at`'s offsets within such a chunk (its slot, its key: in
+            // bounds, aligned, of those types; checked against `slot_at` by
+            // `lookup_of_every_small_index_is_place_and_slot_at`). It is freed
+            // only by `drop`, which needs `&mut self`, so it outlives this borrow
+            // of `self`.
+            return Some(unsafe {
+                let bytes = base.cast::<u8>();
+                (
+                    &*bytes.add(slots[o] as usize).cast::<Slot>(),
+                    &*bytes.add(keys[o] as usize).cast::<AtomicUsize>(),
+                )
+            });
         }
         if index >= MAX_SLOTS {
             return None;
@@ -745,9 +757,8 @@ impl Table {
             Place::Small(chunk, _) => {
                 let p = &self.small[chunk];
                 if p.load(Ordering::Acquire).is_null() {
-                    let slots = FIRST << chunk;
-                    p.store(new_blocks(slots), Ordering::Release);
-                    self.count(blocks_bytes(slots));
+                    p.store(new_blocks(FIRST), Ordering::Release);
+                    self.count(blocks_bytes(FIRST));
                 }
             }
             Place::Paged(segment, page, _) => {
@@ -818,7 +829,7 @@ impl Table {
                 self.guard_locked(index, slot, key)
             }) else {
                 index = match place(index) {
-                    Place::Small(chunk, _) => FIRST * ((2 << chunk) - 1),
+                    Place::Small(chunk, _) => FIRST * (chunk + 1),
                     Place::Paged(..) => PAGED + ((index - PAGED) / PAGE + 1) * PAGE,
                 };
                 continue;
@@ -834,13 +845,13 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        for (chunk, p) in self.small.iter_mut().enumerate() {
+        for p in self.small.iter_mut() {
             // `&mut self`: no other access; a relaxed load reads the last store.
             let base = p.load(Ordering::Relaxed);
             if !base.is_null() {
                 // SAFETY: stored by `slot_for_insert` from `new_blocks` of exactly
                 // this many slots; freed only here, once.
-                unsafe { free_blocks(base, FIRST << chunk) };
+                unsafe { free_blocks(base, FIRST) };
             }
         }
         for (segment, s) in self.segments.iter_mut().enumerate() {
@@ -920,7 +931,7 @@ mod tests {
         for index in 0..PAGED + 3 * PAGE {
             assert_eq!(place(index), expect, "index {index}");
             expect = match expect {
-                Place::Small(c, o) if o + 1 < FIRST << c => Place::Small(c, o + 1),
+                Place::Small(c, o) if o + 1 < FIRST => Place::Small(c, o + 1),
                 Place::Small(c, _) if c + 1 < SMALL => Place::Small(c + 1, 0),
                 Place::Small(..) => Place::Paged(0, 0, 0),
                 Place::Paged(s, p, o) if o + 1 < PAGE => Place::Paged(s, p, o + 1),
@@ -939,9 +950,7 @@ mod tests {
     /// line `rotl1(low)` (within `line_bits`), lane `offset >> line_bits`.
     #[test]
     fn slot_at_places_each_offset_on_its_rotated_line_and_lane() {
-        for chunk in 0..SMALL {
-            let bits = small_line_bits(chunk);
-            let slots = FIRST << chunk;
+        for (bits, slots) in [(SMALL_LINE_BITS, FIRST), (PAGE_LINE_BITS, PAGE)] {
             let blocks: Vec<Block> = (0..slots / SLOTS_PER_BLOCK)
                 .map(|_| Block::default())
                 .collect();
@@ -956,21 +965,20 @@ mod tests {
                 let (slot, key) = unsafe { slot_at(base, bits, o) };
                 assert!(
                     ptr::eq(slot, &b.lines[line % BLOCK_LINES].0[lane]),
-                    "{chunk} {o}"
+                    "{slots} {o}"
                 );
                 assert!(ptr::eq(key, &b.keys[(line % BLOCK_LINES) * LANES + lane]));
             }
         }
-        assert_eq!(small_line_bits(SMALL - 1), PAGE_LINE_BITS);
     }
 
-    /// `get`'s small-chunk path (from the top bit of `index + FIRST`) finds what
+    /// `get`'s small-chunk path (the chunk's pointer and `SMALL_PLACES`) finds what
     /// `place` and `slot_at` name, for every index below `PAGED`.
     #[test]
     fn lookup_of_every_small_index_is_place_and_slot_at() {
         let table = Table::new();
         for chunk in 0..SMALL {
-            drop(table.lock_for_insert(FIRST * ((1 << chunk) - 1)));
+            drop(table.lock_for_insert(FIRST * chunk));
         }
         for index in 0..PAGED {
             let Place::Small(chunk, offset) = place(index) else {
@@ -978,7 +986,7 @@ mod tests {
             };
             let base = table.small[chunk].load(Ordering::Acquire);
             // SAFETY: chunk `chunk` is allocated above and lives with `table`.
-            let want = unsafe { slot_at(base, small_line_bits(chunk), offset) };
+            let want = unsafe { slot_at(base, SMALL_LINE_BITS, offset) };
             let (slot, key) = table.get(index).unwrap();
             assert!(ptr::eq(slot, want.0) && ptr::eq(key, want.1), "{index}");
         }
@@ -986,7 +994,7 @@ mod tests {
 
     #[test]
     fn every_slot_of_a_chunk_is_distinct_and_neighbours_share_no_line() {
-        for (bits, slots) in [(small_line_bits(0), FIRST), (PAGE_LINE_BITS, PAGE)] {
+        for (bits, slots) in [(SMALL_LINE_BITS, FIRST), (PAGE_LINE_BITS, PAGE)] {
             let blocks: Vec<Block> = (0..slots / SLOTS_PER_BLOCK)
                 .map(|_| Block::default())
                 .collect();
