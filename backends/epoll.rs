@@ -271,7 +271,11 @@ impl Driver for Epoll {
         self.counters.one(Count::Wait);
         let n = self.wait_into(&mut buf[..len], timeout)?;
         let mut woken = false;
-        for slot in &buf[..n] {
+        // SAFETY: `n <= len <= BATCH`: it is the length of the sub-slice of
+        // `buf[..len]` that rustix's `epoll::wait` hands back as filled, or
+        // epoll_pwait2(2)'s count, at most its `maxevents` (`len`).
+        let filled = unsafe { buf.get_unchecked(..n) };
+        for slot in filled {
             // SAFETY: the kernel initialised the first `n` entries.
             let ev = unsafe { slot.assume_init_ref() };
             let data = ev.data.u64();

@@ -815,19 +815,30 @@ impl<B: Backend> Poller<B> {
         // Current: the stamp names the arming in force (the generation), or
         // the registration (the incarnation, where the table's phase
         // decides). Only a current event may be merged into a delivery.
+        // A taken event is pushed under the slot's lock, straight from the
+        // slot's words.
+        let push = |token, interest: Interest, key| {
+            events.push(Event {
+                token,
+                key,
+                readiness: ev.readiness.for_interest(interest),
+            })
+        };
         let delivery = if B::TAG_IS_GENERATION {
-            self.table
-                .deliver(ev.slot as usize, |generation, _| ev.stamp == generation)
+            self.table.deliver(
+                ev.slot as usize,
+                |generation, _| ev.stamp == generation,
+                push,
+            )
         } else {
-            self.table
-                .deliver(ev.slot as usize, |_, token| ev.stamp == stamp_of(token))
+            self.table.deliver(
+                ev.slot as usize,
+                |_, token| ev.stamp == stamp_of(token),
+                push,
+            )
         };
         match delivery {
-            Delivery::Taken {
-                token,
-                interest,
-                key,
-            } => {
+            Delivery::Taken { token, interest } => {
                 let t = Tag {
                     slot: ev.slot,
                     incarnation: token.incarnation(),
@@ -835,11 +846,6 @@ impl<B: Backend> Poller<B> {
                 };
                 let fd = crate::raw::fd_at(ev.slot as usize);
                 self.backend.delivered(fd, t, interest, ev.readiness);
-                events.push(Event {
-                    token,
-                    key,
-                    readiness: ev.readiness.for_interest(interest),
-                });
             }
             // kqueue: the other filter of a registration delivered in this
             // same call is part of that delivery, not a stale event.
@@ -880,16 +886,18 @@ impl<B: Backend> Poller<B> {
             // The same slot access as a kernel event's (`Table::deliver`): current
             // when the queued generation is the arming in force.
             for &(slot, generation) in &taken {
-                match self.table.deliver(slot as usize, |g, _| g == generation) {
-                    Delivery::Taken {
-                        token,
-                        interest,
-                        key,
-                    } => events.push(Event {
+                let push = |token, interest, key| {
+                    events.push(Event {
                         token,
                         key,
                         readiness: synthetic_readiness(interest),
-                    }),
+                    })
+                };
+                match self
+                    .table
+                    .deliver(slot as usize, |g, _| g == generation, push)
+                {
+                    Delivery::Taken { .. } => {}
                     _ => self.backend.counters().one(Count::Stale),
                 }
             }

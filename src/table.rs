@@ -316,13 +316,9 @@ impl Live<'_> {
 /// What [`Table::deliver`] did with a kernel event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Delivery {
-    /// Current, and it completed the registration's arming (now idle): deliver
-    /// it with this interest and key.
-    Taken {
-        token: Token,
-        interest: Interest,
-        key: usize,
-    },
+    /// Current, and it completed the registration's arming (now idle), which
+    /// was for this interest: `deliver`'s `taken` had it delivered.
+    Taken { token: Token, interest: Interest },
     /// Current (the stamp names this registration), but no arming was left to
     /// complete: on kqueue, the other filter of a delivery already taken.
     Current(Token),
@@ -565,14 +561,17 @@ impl Table {
 
     /// The event path: locks slot `index` once, and if its registration is live
     /// and `current(generation, token)` says the event's stamp names it, runs the
-    /// state machine's [`RegState::on_event`] and writes the new state
-    /// back. Unlike [`lock`](Self::lock), it touches only the state byte it may
-    /// change (and the key it reads), and builds no guard.
+    /// state machine's [`RegState::on_event`] and writes the new state back;
+    /// when that completes an arming, calls `taken(token, interest, key)` (the
+    /// caller's push of the event) before unlocking. Unlike [`lock`](Self::lock),
+    /// it touches only the state byte it may change (and the key it reads), and
+    /// builds no guard.
     #[inline(always)]
     pub(crate) fn deliver(
         &self,
         index: usize,
         current: impl FnOnce(u32, Token) -> bool,
+        taken: impl FnOnce(Token, Interest, usize),
     ) -> Delivery {
         let Some((slot, key)) = self.get(index) else {
             return Delivery::Stale;
@@ -594,11 +593,8 @@ impl Table {
                     Some(interest) => {
                         // `on_event` changes the phase only, not the generation.
                         slot.state.store(encode(&state), Ordering::Relaxed);
-                        Delivery::Taken {
-                            token,
-                            interest,
-                            key: key.load(Ordering::Relaxed),
-                        }
+                        taken(token, interest, key.load(Ordering::Relaxed));
+                        Delivery::Taken { token, interest }
                     }
                     None => Delivery::Current(token),
                 }

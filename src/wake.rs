@@ -93,6 +93,25 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// The state word as one access saw it ([`Notifies::waiting_seen`],
+/// [`Notifies::seen`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen(u64);
+
+impl Seen {
+    /// The poller was shut down.
+    #[inline]
+    pub(crate) fn shutdown(self) -> bool {
+        self.0 & SHUTDOWN != 0
+    }
+
+    /// Synthetic events were queued.
+    #[inline]
+    pub(crate) fn synthetic(self) -> bool {
+        self.0 & SYNTHETIC != 0
+    }
+}
+
 /// What a wait that the kernel woke must do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Woken {
@@ -137,19 +156,36 @@ impl Notifies {
         })
     }
 
+    /// [`waiting_seen`](Self::waiting_seen) with only the shutdown bit (the unit
+    /// tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> (Waiting<'_>, bool) {
+        let (waiting, seen) = self.waiting_seen();
+        (waiting, seen.shutdown())
+    }
+
     /// A thread enters a `deliver` that may block: it counts as a waiter until
     /// [`leave`](Self::leave). One count for the whole call, not one per wait
     /// inside it: a waiter that a spurious wake-up or a stale event sent round the
     /// loop never drops out of the count, so a notify made meanwhile cannot
     /// coalesce for want of it.
     ///
-    /// Also returns whether the poller is shut down ([`shutdown`](Self::shutdown)),
-    /// read by the same read-modify-write: a shutdown after it sees this waiter and
-    /// wakes the kernel.
+    /// Also hands out what the same read-modify-write saw: whether the poller is
+    /// shut down ([`shutdown`](Self::shutdown); a shutdown after it sees this
+    /// waiter and wakes the kernel), and whether synthetic events are queued (an
+    /// arm that queues one after it sees this waiter and wakes the kernel), so a
+    /// `deliver` reads both with no second load.
     #[inline]
-    pub(crate) fn waiting(&self) -> (Waiting<'_>, bool) {
+    pub(crate) fn waiting_seen(&self) -> (Waiting<'_>, Seen) {
         let before = self.state.fetch_add(WAITER, SeqCst);
-        (Waiting(self), before & SHUTDOWN != 0)
+        (Waiting(self), Seen(before))
+    }
+
+    /// The shutdown and synthetic bits now, in one load (a `deliver` that is not
+    /// counted as a waiter: a zero timeout).
+    #[inline]
+    pub(crate) fn seen(&self) -> Seen {
+        Seen(self.state.load(SeqCst))
     }
 
     /// Shuts the poller down: every `deliver` blocked now and every later one
@@ -157,7 +193,7 @@ impl Notifies {
     /// waiter is counted, wakes the kernel once; each `deliver` that returns shut
     /// down wakes it again while another waiter is counted ([`leave`](Self::leave)),
     /// so the one wake-up reaches every waiter in turn, and a waiter counted after
-    /// the bit was set sees it at [`waiting`](Self::waiting) and never blocks.
+    /// the bit was set sees it at [`waiting_seen`](Self::waiting_seen) and never blocks.
     /// Returns `wake`'s error (the bit stays set: later delivers still return).
     pub(crate) fn shutdown<E>(&self, wake: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
         let before = self.state.fetch_or(SHUTDOWN, SeqCst);
@@ -169,12 +205,12 @@ impl Notifies {
 
     /// Whether the poller is shut down (a `deliver` that is not counted as a
     /// waiter: a zero timeout).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn is_shutdown(&self) -> bool {
         self.state.load(SeqCst) & SHUTDOWN != 0
     }
 
-    /// A `deliver` returns: stops counting `waiting` (if it was counted), and
+    /// A `deliver` returns: stops counting its [`Waiting`] (if it was counted), and
     /// says whether it must wake the kernel on its way out: synthetic events are
     /// still queued, or the poller is shut down, and another thread is counted as
     /// waiting. That thread may be blocked, and the wake-up meant for it (an arm's,
@@ -315,17 +351,17 @@ pub(crate) fn deliver<S: Source>(
     // queues a synthetic event after the count sees the waiter and wakes the
     // kernel (`synthetic_queued`: the same word), so a synthetic event never waits
     // behind a blocked wait.
-    let (waiting, shutdown) = if first == Some(Duration::ZERO) {
-        (None, notifies.is_shutdown())
+    let (waiting, seen) = if first == Some(Duration::ZERO) {
+        (None, notifies.seen())
     } else {
-        let (waiting, shutdown) = notifies.waiting();
-        (Some(waiting), shutdown)
+        let (waiting, seen) = notifies.waiting_seen();
+        (Some(waiting), seen)
     };
-    let result = if shutdown {
+    let result = if seen.shutdown() {
         events.set_shutdown();
         Ok(0)
     } else {
-        deliver_loop(source, events, first, left)
+        deliver_loop(source, events, first, left, seen.synthetic())
     };
     if notifies.leave(waiting) {
         // Synthetic events are still queued and another thread may be blocked:
@@ -337,13 +373,16 @@ pub(crate) fn deliver<S: Source>(
 }
 
 /// [`deliver`]'s loop, with the caller counted as a waiter (or not, for a call
-/// that never blocks). `first` is the time left at entry.
+/// that never blocks). `first` is the time left at entry; `pending`, whether
+/// synthetic events were queued when the call counted itself (read again on
+/// each later turn).
 #[inline(always)]
 fn deliver_loop<S: Source>(
     source: &S,
     events: &mut Events,
     first: Option<Duration>,
     time_left: impl Fn() -> Option<Duration>,
+    mut pending: bool,
 ) -> io::Result<usize> {
     let notifies = source.notifies();
     let mut left = first;
@@ -352,7 +391,6 @@ fn deliver_loop<S: Source>(
         // take turns at filling the buffer first: whichever went first could fill a
         // small buffer on every call (an always-ready registration re-armed after
         // each delivery) and starve the other.
-        let pending = notifies.synthetic_pending();
         let kernel_first = pending && source.kernel_turn();
         if pending && !kernel_first {
             source.take_synthetic(events);
@@ -399,6 +437,7 @@ fn deliver_loop<S: Source>(
         // (a synthetic event another deliver took, a merged wake-up): wait for the
         // time left.
         left = time_left();
+        pending = notifies.synthetic_pending();
     }
 }
 
