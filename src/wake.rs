@@ -360,8 +360,16 @@ pub(crate) fn deliver<S: Source>(
     let result = if seen.shutdown() {
         events.set_shutdown();
         Ok(0)
+    } else if !seen.synthetic() {
+        // The loop's first turn when no synthetic event is queued (the kernel
+        // alone fills the buffer, which is empty, and the wait is as asked), taken
+        // here inline; only its common end, events in hand, returns from here.
+        match wait_once(source, events, first) {
+            Ok(_) if !events.is_empty() => Ok(events.len()),
+            waited => deliver_on(source, events, first, left, waited),
+        }
     } else {
-        deliver_loop(source, events, first, left, seen.synthetic())
+        deliver_loop(source, events, first, left, true)
     };
     if notifies.leave(waiting) {
         // Synthetic events are still queued and another thread may be blocked:
@@ -372,11 +380,69 @@ pub(crate) fn deliver<S: Source>(
     result
 }
 
+/// [`deliver`] after a first turn (no synthetic event queued, a wait for `first`)
+/// that did not end with events in hand: the loop's end of that turn, then its
+/// next turns. Out of line: the common deliver returns without it.
+#[inline(never)]
+fn deliver_on<S: Source>(
+    source: &S,
+    events: &mut Events,
+    first: Option<Duration>,
+    time_left: impl Fn() -> Option<Duration>,
+    waited: io::Result<Fetched>,
+) -> io::Result<usize> {
+    if let Some(result) = turn_end(events, first, first, waited) {
+        return result;
+    }
+    let pending = source.notifies().synthetic_pending();
+    deliver_loop(source, events, time_left(), time_left, pending)
+}
+
+/// The end of one turn of [`deliver_loop`], which waited for `wait_for` with
+/// `left` the time left, and whose wait answered `waited`: `Some` of what
+/// `deliver` returns, or `None` to go round again.
+#[inline(always)]
+fn turn_end(
+    events: &Events,
+    left: Option<Duration>,
+    wait_for: Option<Duration>,
+    waited: io::Result<Fetched>,
+) -> Option<io::Result<usize>> {
+    let fetched = match waited {
+        Ok(fetched) => fetched,
+        // EINTR: nothing was fetched by this wait; events in hand are returned,
+        // never dropped.
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+            if events.is_empty() && !events.is_notified() {
+                return Some(Err(e));
+            }
+            return Some(Ok(events.len()));
+        }
+        Err(e) => return Some(Err(e)),
+    };
+    if !events.is_empty() || events.is_notified() || events.is_shutdown() {
+        return Some(Ok(events.len()));
+    }
+    if left == Some(Duration::ZERO) {
+        return Some(Ok(0));
+    }
+    if wait_for != Some(Duration::ZERO) && fetched == Fetched::Nothing {
+        // The kernel wait returned with no event and no wake-up: the timeout
+        // passed.
+        return Some(Ok(0));
+    }
+    // Only the synthetic queue's stale entries and a peek at the kernel (now
+    // wait as asked), or only stale events, or a wake-up that was not a notify
+    // (a synthetic event another deliver took, a merged wake-up): wait for the
+    // time left.
+    None
+}
+
 /// [`deliver`]'s loop, with the caller counted as a waiter (or not, for a call
 /// that never blocks). `first` is the time left at entry; `pending`, whether
 /// synthetic events were queued when the call counted itself (read again on
-/// each later turn).
-#[inline(always)]
+/// each later turn). Out of line: the common deliver does not come here.
+#[inline(never)]
 fn deliver_loop<S: Source>(
     source: &S,
     events: &mut Events,
@@ -409,33 +475,9 @@ fn deliver_loop<S: Source>(
         if kernel_first {
             source.take_synthetic(events);
         }
-        let fetched = match waited {
-            Ok(fetched) => fetched,
-            // EINTR: nothing was fetched by this wait; events in hand are returned,
-            // never dropped.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                if events.is_empty() && !events.is_notified() {
-                    return Err(e);
-                }
-                return Ok(events.len());
-            }
-            Err(e) => return Err(e),
-        };
-        if !events.is_empty() || events.is_notified() || events.is_shutdown() {
-            return Ok(events.len());
+        if let Some(result) = turn_end(events, left, wait_for, waited) {
+            return result;
         }
-        if left == Some(Duration::ZERO) {
-            return Ok(0);
-        }
-        if wait_for != Some(Duration::ZERO) && fetched == Fetched::Nothing {
-            // The kernel wait returned with no event and no wake-up: the timeout
-            // passed.
-            return Ok(0);
-        }
-        // Only the synthetic queue's stale entries and a peek at the kernel (now
-        // wait as asked), or only stale events, or a wake-up that was not a notify
-        // (a synthetic event another deliver took, a merged wake-up): wait for the
-        // time left.
         left = time_left();
         pending = notifies.synthetic_pending();
     }
