@@ -782,7 +782,6 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         self.check_fork("deliver")?;
-        events.clear();
         // The deadline is taken at the first wait: one clock read, none for `None`
         // or zero, and one more per wait that goes round.
         let countdown = Countdown::new(timeout);

@@ -409,8 +409,11 @@ impl RegState {
     /// stale and must be dropped.
     #[inline(always)]
     pub fn on_event(&mut self, tag: Option<u32>) -> Option<Interest> {
-        // Armed exactly when the code is an interest's bits (1 to 7).
-        let interest = Interest::from_bits(self.code() >> PHASE_SHIFT)?;
+        // Armed exactly when the code is an interest's bits (1 to 7): `code_of`
+        // writes nothing else but those, 0 (fresh) and 8 (idle), so the low three
+        // bits of the phase alone tell (one test), and are the interest.
+        const _: () = assert!(PHASE_IDLE & 7 == 0);
+        let interest = Interest::from_bits((self.code() >> PHASE_SHIFT) & 7)?;
         if tag.is_some_and(|g| g != self.generation) {
             return None;
         }

@@ -336,9 +336,11 @@ pub(crate) trait Source {
     fn wake(&self) -> io::Result<()>;
 }
 
-/// The body of [`Poller::deliver`](crate::Poller::deliver) after `events` was
-/// cleared: waits, for the time `left` says remains (`None`: no deadline), until
-/// events are in hand, a notify was consumed, or the time is up.
+/// The body of [`Poller::deliver`](crate::Poller::deliver): clears `events`
+/// (after the waiter count's read-modify-write, so that the compiler knows the
+/// buffer is empty when it sizes the first wait) and waits, for the time `left`
+/// says remains (`None`: no deadline), until events are in hand, a notify was
+/// consumed, or the time is up.
 #[inline(always)]
 pub(crate) fn deliver<S: Source>(
     source: &S,
@@ -357,6 +359,7 @@ pub(crate) fn deliver<S: Source>(
         let (waiting, seen) = notifies.waiting_seen();
         (Some(waiting), seen)
     };
+    events.clear();
     let result = if seen.shutdown() {
         events.set_shutdown();
         Ok(0)
