@@ -118,6 +118,7 @@ impl Ring {
 
     /// A thread that led (a wait's or a deregister's `io_uring_enter`) has left
     /// the kernel: one follower leads next, and waiting deregisters look again.
+    #[inline(always)]
     pub(super) fn left_kernel(&self, g: &Guard<'_, Shared>) {
         if g.followers > 0 {
             self.hand_over(g);
@@ -127,10 +128,17 @@ impl Ring {
 
     /// Wakes every deregister waiting on `departed` (under the mutex, so one
     /// between reading the word and waiting on it sees the word move).
+    #[inline(always)]
     pub(super) fn wake_departing(&self, g: &Shared) {
-        if g.departing == 0 {
-            return;
+        if g.departing != 0 {
+            self.wake_departed();
         }
+    }
+
+    /// [`wake_departing`](Self::wake_departing) with deregisters waiting.
+    #[cold]
+    #[inline(never)]
+    fn wake_departed(&self) {
         self.departed.fetch_add(1, Ordering::Relaxed);
         let _ = rustix::thread::futex::wake(
             &self.departed,

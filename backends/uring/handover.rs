@@ -16,15 +16,31 @@ use std::time::Duration;
 pub(super) const HOUR: Duration = Duration::from_secs(3600);
 
 impl Ring {
-    /// One `io_uring_enter` that submits what is queued and waits for a completion
+    /// One `io_uring_enter` that submits what is queued (`to_submit`, the
+    /// submission queue's length read under the mutex) and waits for a completion
     /// for at most `timeout` (`None`: no limit). Timing out is `Ok`. Returns how
     /// many entries it submitted: the kernel answers that count, not EINTR, when a
     /// signal ends the wait of an enter that submitted something.
-    pub(super) fn enter(&self, timeout: Option<Duration>) -> io::Result<usize> {
+    #[inline(always)]
+    pub(super) fn enter(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<usize> {
         self.counters.one(Count::Wait);
         let submitter = self.ring.submitter();
         let r = match timeout {
-            None => submitter.submit_and_wait(1),
+            // What `submit_and_wait(1)` enters with on this ring (no SQPOLL, no
+            // IOPOLL, no deferred task work: GETEVENTS alone), with the length
+            // the caller read under the mutex instead of its reads of the
+            // queue's length and flags. The kernel waits only if it submitted
+            // all `to_submit` (else it answers the count at once, and the caller
+            // looks again).
+            // SAFETY: no argument structure is passed (a null pointer).
+            None => unsafe {
+                submitter.enter::<libc::sigset_t>(
+                    to_submit,
+                    1,
+                    io_uring::EnterFlags::GETEVENTS.bits(),
+                    None,
+                )
+            },
             Some(t) => {
                 // A timespec as long as the kernel accepts: clamp what is huge.
                 let t = t.min(Duration::from_secs(1 << 40));
@@ -177,9 +193,12 @@ impl Ring {
     ) -> io::Result<Guard<'a, Shared>> {
         g.leader = true;
         let posted = g.reaped + self.queued_completions(&g);
+        // SAFETY: under the mutex: the only submission queue handle; it only reads
+        // the queue's length.
+        let to_submit = unsafe { self.ring.submission_shared() }.len() as u32;
         drop(g);
         self.note_submitter();
-        let r = self.enter(remaining);
+        let r = self.enter(to_submit, remaining);
         let mut g = self.lock();
         g.leader = false;
         g.kicked = false;
@@ -229,6 +248,7 @@ impl Ring {
     }
 
     /// Completions in the queue, not yet taken (under the mutex).
+    #[inline(always)]
     pub(super) fn queued_completions(&self, _held: &Guard<'_, Shared>) -> u64 {
         // SAFETY: under the mutex: the only completion queue handle; it only reads
         // the queue's length.
