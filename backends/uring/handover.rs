@@ -7,6 +7,7 @@ use crate::backend::RawEvent;
 use crate::deadline::Countdown;
 use crate::stats::Count;
 use io_uring::types;
+use rustix::fd::{AsRawFd, BorrowedFd};
 use rustix::io::Errno;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -24,35 +25,40 @@ impl Ring {
     #[inline(always)]
     pub(super) fn enter(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<usize> {
         self.counters.one(Count::Wait);
-        let submitter = self.ring.submitter();
-        let r = match timeout {
+        let Some(t) = timeout else {
             // What `submit_and_wait(1)` enters with on this ring (no SQPOLL, no
             // IOPOLL, no deferred task work: GETEVENTS alone), with the length
             // the caller read under the mutex instead of its reads of the
-            // queue's length and flags. The kernel waits only if it submitted
-            // all `to_submit` (else it answers the count at once, and the caller
+            // queue's length and flags, and rustix's system call instead of
+            // libc's `syscall`. The kernel waits only if it submitted all
+            // `to_submit` (else it answers the count at once, and the caller
             // looks again).
-            // SAFETY: no argument structure is passed (a null pointer).
-            None => unsafe {
-                submitter.enter::<libc::sigset_t>(
+            // SAFETY: the ring's descriptor is open for as long as `self`; no
+            // argument structure is passed, and the queued entries (polls and
+            // removes) refer to no memory of ours.
+            let r = unsafe {
+                rustix::io_uring::io_uring_enter(
+                    BorrowedFd::borrow_raw(self.ring.as_raw_fd()),
                     to_submit,
                     1,
-                    io_uring::EnterFlags::GETEVENTS.bits(),
-                    None,
+                    rustix::io_uring::IoringEnterFlags::GETEVENTS,
                 )
-            },
-            Some(t) => {
-                // A timespec as long as the kernel accepts: clamp what is huge.
-                let t = t.min(Duration::from_secs(1 << 40));
-                let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                submitter.submit_with_args(1, &args)
-            }
+            };
+            return match r {
+                Ok(submitted) => Ok(submitted as usize),
+                // ETIME: timed out. EBUSY: completions wait in the overflow list;
+                // the reap that follows flushes them.
+                Err(Errno::TIME | Errno::BUSY) => Ok(0),
+                Err(e) => Err(e.into()),
+            };
         };
-        match r {
+        // A timespec as long as the kernel accepts: clamp what is huge.
+        let t = t.min(Duration::from_secs(1 << 40));
+        let ts = types::Timespec::from(t);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
             Ok(submitted) => Ok(submitted),
-            // ETIME: timed out. EBUSY: completions wait in the overflow list; the
-            // reap that follows flushes them.
+            // As above.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(0),
             Err(e) => Err(e),
         }
