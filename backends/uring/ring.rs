@@ -146,32 +146,39 @@ impl Shared {
     #[inline(always)]
     pub(super) fn slot(&mut self, slot: u32) -> &mut Pending {
         let i = slot as usize;
-        if i >= self.pending.len() {
-            self.grow(i);
+        if i < self.pending.len() {
+            &mut self.pending[i]
+        } else {
+            self.grow(i)
         }
-        &mut self.pending[i]
     }
 
     #[cold]
     #[inline(never)]
-    fn grow(&mut self, i: usize) {
+    fn grow(&mut self, i: usize) -> &mut Pending {
         self.pending.resize(i + 1, IDLE);
         if self.inflight.len() <= i {
             self.inflight.resize(i + 1, 0);
         }
+        &mut self.pending[i]
     }
 
     /// One more request of `slot` in flight.
     #[inline(always)]
-    fn count_inflight(&mut self, slot: u32) {
+    pub(super) fn count_inflight(&mut self, slot: u32) {
         let i = slot as usize;
-        match self.inflight.get_mut(i) {
-            Some(n) => *n += 1,
-            None => {
-                self.inflight.resize(i + 1, 0);
-                self.inflight[i] = 1;
-            }
+        if i < self.inflight.len() {
+            self.inflight[i] += 1;
+        } else {
+            self.count_inflight_grown(i);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_inflight_grown(&mut self, i: usize) {
+        self.inflight.resize(i + 1, 0);
+        self.inflight[i] = 1;
     }
 }
 
@@ -335,17 +342,26 @@ impl Ring {
     /// A poll request of a slot counts in the slot's `inflight` from here.
     #[inline(always)]
     pub(super) fn push(&self, g: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
-        // SAFETY: under the mutex: the only submission queue handle, dropped (its
-        // tail synced) at the end of the statement. Poll and poll-remove entries
-        // refer to no memory of ours: nothing must outlive their submission.
-        let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
-        if !pushed {
-            self.push_full(entry)?;
-        }
+        self.push_uncounted(entry)?;
         let (slot, _) = unpack64(entry.get_user_data());
         // The waker's, the removes' and the private epoll's: not a slot's.
         if slot != u32::MAX {
             g.count_inflight(slot);
+        }
+        Ok(())
+    }
+
+    /// [`push`](Self::push) without counting the request in its slot's
+    /// `inflight`: the caller, which holds the mutex, counts a slot's poll request.
+    #[inline(always)]
+    pub(super) fn push_uncounted(&self, entry: &squeue::Entry) -> Result<(), KernelError> {
+        // SAFETY: under the mutex (the caller holds it): the only submission queue
+        // handle, dropped (its tail synced) at the end of the statement. Poll and
+        // poll-remove entries refer to no memory of ours: nothing must outlive
+        // their submission.
+        let pushed = unsafe { self.ring.submission_shared().push(entry) }.is_ok();
+        if !pushed {
+            self.push_full(entry)?;
         }
         Ok(())
     }

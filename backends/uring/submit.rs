@@ -58,33 +58,28 @@ impl Ring {
             let mut guard = self.lock();
             let g = &mut *guard;
             let p = g.slot(tag.slot);
-            let old = *p;
-            if old.lost || old.via_epoll || (rearm && old.half_closed) {
+            if p.lost || p.via_epoll || (rearm && p.half_closed) {
                 self.arm_rare(g, fd, tag, user_data, events, rearm)?
             } else {
                 // The common case: a poll request, where none or one is pending.
-                // The slot is written first (the pushes touch only the queue and
-                // `inflight`), and put back if a push fails. What it knew of a
+                // The pushes come first (they touch only the queue), so that a
+                // failed one leaves the slot as it was; then the slot is written
+                // and the request counted in flight. What the slot knew of a
                 // half-closed socket no longer holds after a registration's first
                 // arm (`rearm` false); `lost` and `via_epoll` are false already.
+                if p.user_data != NONE {
+                    self.push_uncounted(&self.remove_entry(p.user_data))?;
+                }
+                let entry = opcode::PollAdd::new(types::Fd(fd), events)
+                    .build()
+                    .user_data(user_data);
+                self.push_uncounted(&entry)?;
                 p.user_data = user_data;
                 p.fd = fd;
                 p.events = events;
                 p.older = 0;
                 p.half_closed = false;
-                let entry = opcode::PollAdd::new(types::Fd(fd), events)
-                    .build()
-                    .user_data(user_data);
-                let pushed = if old.user_data != NONE {
-                    let remove = self.remove_entry(old.user_data);
-                    self.push(g, &remove).and_then(|()| self.push(g, &entry))
-                } else {
-                    self.push(g, &entry)
-                };
-                if let Err(e) = pushed {
-                    *g.slot(tag.slot) = old;
-                    return Err(e);
-                }
+                g.count_inflight(tag.slot);
                 g.leader
             }
         };
