@@ -89,7 +89,10 @@ impl Ring {
             }
             // SAFETY: under the mutex: the only submission queue handle; it only
             // reads the kernel's flags.
-            let overflow = unsafe { self.ring.submission_shared() }.cq_overflow();
+            let sq = unsafe { self.ring.submission_shared() };
+            let overflow = sq.cq_overflow();
+            // Nothing pushed: no tail to write back (the drop would store it).
+            std::mem::forget(sq);
             if !overflow {
                 return Ok(false);
             }

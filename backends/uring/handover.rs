@@ -201,7 +201,10 @@ impl Ring {
         let posted = g.reaped + self.queued_completions(&g);
         // SAFETY: under the mutex: the only submission queue handle; it only reads
         // the queue's length.
-        let to_submit = unsafe { self.ring.submission_shared() }.len() as u32;
+        let sq = unsafe { self.ring.submission_shared() };
+        let to_submit = sq.len() as u32;
+        // Nothing pushed: no tail to write back (the drop would store it).
+        std::mem::forget(sq);
         drop(g);
         self.note_submitter();
         let r = self.enter(to_submit, remaining);
@@ -258,7 +261,11 @@ impl Ring {
     pub(super) fn queued_completions(&self, _held: &Guard<'_, Shared>) -> u64 {
         // SAFETY: under the mutex: the only completion queue handle; it only reads
         // the queue's length.
-        unsafe { self.ring.completion_shared() }.len() as u64
+        let cq = unsafe { self.ring.completion_shared() };
+        let n = cq.len() as u64;
+        // Nothing taken: no head to write back (the drop would store it).
+        std::mem::forget(cq);
+        n
     }
 
     /// Returns from a wait: hands what is left (completions, notifies) to a
