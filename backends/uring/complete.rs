@@ -157,7 +157,12 @@ impl Ring {
         p.user_data = NONE;
         p.events = 0;
         p.older = 0;
-        self.settle(g, slot);
+        if std::mem::replace(&mut p.fast, false) {
+            // The common arm's request (see `settle`).
+            self.wake_departing(g);
+        } else {
+            self.settle_counted(g, slot);
+        }
         out.push(RawEvent {
             slot,
             stamp: generation,

@@ -147,9 +147,23 @@ impl Ring {
         );
     }
 
-    /// A completion of `slot` was taken: one request fewer in flight.
+    /// A completion of `slot` was taken: one request fewer in flight (the
+    /// uncounted one, `Pending::fast`, first).
     #[inline(always)]
     pub(super) fn settle(&self, g: &mut Shared, slot: u32) {
+        if let Some(p) = g.pending.get_mut(slot as usize) {
+            if std::mem::replace(&mut p.fast, false) {
+                // Waiting deregisters look again (their slot's count may be 0).
+                self.wake_departing(g);
+                return;
+            }
+        }
+        self.settle_counted(g, slot);
+    }
+
+    /// [`settle`](Self::settle) where the slot has no uncounted request.
+    #[inline(always)]
+    pub(super) fn settle_counted(&self, g: &mut Shared, slot: u32) {
         if let Some(n) = g.inflight.get_mut(slot as usize) {
             *n = n.saturating_sub(1);
             if *n == 0 {

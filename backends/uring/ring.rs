@@ -56,6 +56,12 @@ pub(super) struct Pending {
     /// write-only armings go to the private epoll instance directly. Cleared by the
     /// registration's first arm (an add).
     pub(super) half_closed: bool,
+    /// One poll request of the slot in flight that `Shared::inflight` does not
+    /// count: the common arm's, set by it and cleared by the slot's next
+    /// completion taken (whichever request it ends: the count is what matters),
+    /// so that an arm and its delivery touch only the slot. Kept by every other
+    /// rewrite of the slot (`idle`).
+    pub(super) fast: bool,
 }
 
 pub(super) const IDLE: Pending = Pending {
@@ -67,16 +73,19 @@ pub(super) const IDLE: Pending = Pending {
     via_epoll: false,
     in_epoll: false,
     half_closed: false,
+    fast: false,
 };
 
 impl Pending {
-    /// No request pending, with what the slot knows of the private epoll kept.
+    /// No request pending, with what the slot knows of the private epoll kept,
+    /// and its uncounted request in flight (`fast`).
     #[inline]
     pub(super) fn idle(self) -> Pending {
         Pending {
             fd: self.fd,
             in_epoll: self.in_epoll,
             half_closed: self.half_closed,
+            fast: self.fast,
             ..IDLE
         }
     }
@@ -108,7 +117,9 @@ pub(super) struct Shared {
     pub(super) epoll_seq: u32,
     /// Per slot: its poll requests in the kernel or the submission queue whose
     /// completion has not been taken yet (pushed minus reaped; each oneshot request
-    /// ends with exactly one completion). A deregister waits for 0 (`depart.rs`).
+    /// ends with exactly one completion), less the one `Pending::fast` stands for.
+    /// A deregister waits for the sum, [`inflight`](Self::inflight), to be 0
+    /// (`depart.rs`).
     pub(super) inflight: Vec<u32>,
     /// Deregisters waiting for their slot's requests to end (on `departed`).
     pub(super) departing: usize,
@@ -135,10 +146,13 @@ impl Shared {
         }
     }
 
-    /// The slot's requests not yet completed (see `inflight`).
+    /// The slot's requests not yet completed: its `inflight` count and its
+    /// uncounted one (`Pending::fast`).
     #[inline]
     pub(super) fn inflight(&self, slot: u32) -> u32 {
-        self.inflight.get(slot as usize).copied().unwrap_or(0)
+        let i = slot as usize;
+        let fast = self.pending.get(i).is_some_and(|p| p.fast);
+        self.inflight.get(i).copied().unwrap_or(0) + u32::from(fast)
     }
 
     /// The slot's pending request; `pending` and `inflight` grow together to hold

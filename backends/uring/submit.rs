@@ -64,7 +64,8 @@ impl Ring {
                 // The common case: a poll request, where none or one is pending.
                 // The pushes come first (they touch only the queue), so that a
                 // failed one leaves the slot as it was; then the slot is written
-                // and the request counted in flight. What the slot knew of a
+                // and the request counted in flight (by `fast`, unless the slot
+                // has an uncounted one already). What the slot knew of a
                 // half-closed socket no longer holds after a registration's first
                 // arm (`rearm` false); `lost` and `via_epoll` are false already.
                 if p.user_data != NONE {
@@ -79,7 +80,11 @@ impl Ring {
                 p.events = events;
                 p.older = 0;
                 p.half_closed = false;
-                g.count_inflight(tag.slot);
+                if p.fast {
+                    g.count_inflight(tag.slot);
+                } else {
+                    p.fast = true;
+                }
                 g.leader
             }
         };
@@ -176,6 +181,8 @@ impl Ring {
             self.epoll_forget(&mut g, tag.slot, fd)?;
             let old = std::mem::replace(g.slot(tag.slot), IDLE);
             g.slot(tag.slot).half_closed = old.half_closed;
+            // Its request, if any, is still in flight until its completion.
+            g.slot(tag.slot).fast = old.fast;
             if old.lost {
                 // As epoll answers for a descriptor it dropped at close: EBADF while
                 // the number is closed, ENOENT once it names a descriptor again.
