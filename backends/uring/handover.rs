@@ -106,12 +106,20 @@ impl Ring {
                 // Nothing posted, no limit, no leader: lead one enter here, and
                 // take what it returned for (the loop in `wait_for` goes on
                 // where that is nothing this wait delivers).
-                g = self.lead(g, None, &Countdown::new(None))?;
+                // The reap found the queue empty: what was posted so far is
+                // what was taken (one posted since counts as posted across the
+                // enter, and this wait takes it).
+                let posted = g.reaped;
+                let (mut g, submitted) = self.lead(g, None)?;
                 if !g.woken && g.parked.is_empty() {
                     let left = self.reap(&mut g, out, max)?;
                     if !out.is_empty() {
+                        // Posted across the enter: not a signal.
                         return Ok(self.leave(g, false, left));
                     }
+                }
+                if self.interrupted(&g, submitted, posted, &Countdown::new(None)) {
+                    return Err(io::Error::from_raw_os_error(libc::EINTR));
                 }
                 return self.wait_for(g, out, max, timeout, false);
             }
@@ -182,23 +190,29 @@ impl Ring {
                 continue;
             }
             polls += 1;
-            g = self.lead(g, remaining, &deadline)?;
+            let posted = g.reaped + self.queued_completions(&g);
+            let submitted;
+            (g, submitted) = self.lead(g, remaining)?;
+            if self.interrupted(&g, submitted, posted, &deadline) {
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
         }
     }
 
     /// One `io_uring_enter` as the leader (no leader is in the kernel): it
     /// submits what is queued and waits for a completion for at most
-    /// `remaining`. Returns the guard, taken again; `Interrupted` where a signal
-    /// ended the wait.
+    /// `remaining`. Returns the guard, taken again, and whether the enter
+    /// submitted anything (then a signal that ended its wait is answered with the
+    /// count, not EINTR: [`interrupted`](Self::interrupted) tells it from the
+    /// completions posted before the enter, which the caller counts under the
+    /// hold of the mutex it passes in).
     #[inline(always)]
     fn lead<'a>(
         &'a self,
         mut g: Guard<'a, Shared>,
         remaining: Option<Duration>,
-        deadline: &Countdown,
-    ) -> io::Result<Guard<'a, Shared>> {
+    ) -> io::Result<(Guard<'a, Shared>, bool)> {
         g.leader = true;
-        let posted = g.reaped + self.queued_completions(&g);
         // SAFETY: under the mutex: the only submission queue handle; it only reads
         // the queue's length.
         let sq = unsafe { self.ring.submission_shared() };
@@ -213,16 +227,24 @@ impl Ring {
         g.kicked = false;
         // A follower leads next, or takes what this one has no room for.
         self.left_kernel(&g);
-        if r? > 0
-            && g.reaped + self.queued_completions(&g) == posted
+        Ok((g, r? > 0))
+    }
+
+    /// After a [`lead`](Self::lead) whose enter `submitted`: nothing was posted
+    /// since `posted`, no wake-up was taken and time is left, so a signal ended
+    /// the wait (the kernel answered the count, not EINTR).
+    #[inline(always)]
+    fn interrupted(
+        &self,
+        g: &Guard<'_, Shared>,
+        submitted: bool,
+        posted: u64,
+        deadline: &Countdown,
+    ) -> bool {
+        submitted
+            && g.reaped + self.queued_completions(g) == posted
             && !g.woken
             && !deadline.passed()
-        {
-            // It submitted, nothing was posted, and time is left: a signal
-            // ended the wait (the kernel answered the count, not EINTR).
-            return Err(io::Error::from_raw_os_error(libc::EINTR));
-        }
-        Ok(g)
     }
 
     /// A follower's wait for a hand-over: until the `handoff` word moves on from
