@@ -59,6 +59,20 @@ impl Ring {
         out: &mut Vec<RawEvent>,
         max: usize,
     ) -> io::Result<bool> {
+        self.reap_then(g, out, max, true)
+    }
+
+    /// [`reap`](Self::reap); `flush` false: a flagged overflow is left for the
+    /// caller's next `io_uring_enter` with `IORING_ENTER_GETEVENTS` (which
+    /// flushes it) where the queue is empty.
+    #[inline(always)]
+    pub(super) fn reap_then(
+        &self,
+        g: &mut Shared,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        flush: bool,
+    ) -> io::Result<bool> {
         let before = out.len();
         loop {
             let mut rearm: Option<squeue::Entry> = None;
@@ -84,7 +98,7 @@ impl Ring {
             }
             // A reap that took events leaves a flagged overflow to the next one
             // (the flag stays set until flushed), which finds the queue empty.
-            if left || out.len() >= max || out.len() > before {
+            if left || out.len() >= max || out.len() > before || !flush {
                 return Ok(left);
             }
             // SAFETY: under the mutex: the only submission queue handle; it only

@@ -94,41 +94,38 @@ impl Ring {
     ) -> io::Result<bool> {
         let max = max.max(1);
         let mut g = self.lock();
-        // The common case: completions already posted, and no wake-up or parked
-        // events to take first.
-        let reaped = !g.woken && g.parked.is_empty();
-        if reaped {
-            let left = self.reap(&mut g, out, max)?;
+        // The common case: no limit, no leader, and no wake-up or parked events
+        // to take first.
+        if timeout.is_none() && !g.leader && !g.woken && g.parked.is_empty() {
+            // Completions already posted; no overflow flush for an empty queue,
+            // as the enter below flushes one (GETEVENTS).
+            let left = self.reap_then(&mut g, out, max, false)?;
             if !out.is_empty() {
                 return Ok(self.leave(g, false, left));
             }
-            if timeout.is_none() && !g.leader {
-                // Nothing posted, no limit, no leader: lead one enter here, and
-                // take what it returned for (the loop in `wait_for` goes on
-                // where that is nothing this wait delivers).
-                // The reap found the queue empty: what was posted so far is
-                // what was taken (one posted since counts as posted across the
-                // enter, and this wait takes it).
-                let posted = g.reaped;
-                let (mut g, submitted) = self.lead(g, None)?;
-                if !g.woken && g.parked.is_empty() {
-                    let left = self.reap(&mut g, out, max)?;
-                    if !out.is_empty() {
-                        // Posted across the enter: not a signal.
-                        return Ok(self.leave(g, false, left));
-                    }
+            // Nothing posted: lead one enter here, and take what it returned
+            // for (the loop in `wait_for` goes on where that is nothing this
+            // wait delivers). The reap found the queue empty: what was posted
+            // so far is what was taken (one posted since counts as posted
+            // across the enter, and this wait takes it).
+            let posted = g.reaped;
+            let (mut g, submitted) = self.lead(g, None)?;
+            if !g.woken && g.parked.is_empty() {
+                let left = self.reap(&mut g, out, max)?;
+                if !out.is_empty() {
+                    // Posted across the enter: not a signal.
+                    return Ok(self.leave(g, false, left));
                 }
-                if self.interrupted(&g, submitted, posted, &Countdown::new(None)) {
-                    return Err(io::Error::from_raw_os_error(libc::EINTR));
-                }
-                return self.wait_for(g, out, max, timeout, false);
             }
+            if self.interrupted(&g, submitted, posted, &Countdown::new(None)) {
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
+            return self.wait_for(g, out, max, timeout);
         }
-        self.wait_for(g, out, max, timeout, reaped)
+        self.wait_for(g, out, max, timeout)
     }
 
-    /// The rest of [`wait`](Self::wait): `reaped`, the queue was found empty
-    /// under this hold of the mutex.
+    /// The rest of [`wait`](Self::wait).
     #[inline(never)]
     fn wait_for<'a>(
         &'a self,
@@ -136,7 +133,6 @@ impl Ring {
         out: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
-        mut reaped: bool,
     ) -> io::Result<bool> {
         let deadline = Countdown::new(timeout);
         let mut polls = 0u8;
@@ -147,11 +143,7 @@ impl Ring {
                 let n = g.parked.len().min(max.saturating_sub(out.len()));
                 out.extend(g.parked.drain(..n));
             }
-            let left = if std::mem::replace(&mut reaped, false) {
-                false
-            } else {
-                self.reap(&mut g, out, max)?
-            } || !g.parked.is_empty();
+            let left = self.reap(&mut g, out, max)? || !g.parked.is_empty();
             if consumed || !out.is_empty() {
                 return Ok(self.leave(g, consumed, left));
             }
