@@ -75,27 +75,21 @@ impl Ring {
     ) -> io::Result<bool> {
         let before = out.len();
         loop {
-            let mut rearm: Option<squeue::Entry> = None;
             let left = {
                 // SAFETY: under the mutex: the only completion queue handle. It is
-                // dropped (its head synced) before anything else touches the ring.
+                // dropped (its head synced) before the ring is entered here; the
+                // pushes of `complete` touch only the submission queue (and a full
+                // one's submit does not wait for completions).
                 let mut cq = unsafe { self.ring.completion_shared() };
                 while out.len() < max {
                     let Some(cqe) = cq.next() else { break };
                     g.reaped += 1;
                     if !self.deliver_current(g, &cqe, out) {
-                        rearm = self.complete(g, &cqe, out, max);
-                        if rearm.is_some() {
-                            break;
-                        }
+                        self.complete(g, &cqe, out, max)?;
                     }
                 }
                 !cq.is_empty()
             };
-            if let Some(entry) = rearm {
-                self.push(g, &entry).map_err(kernel_io)?;
-                continue;
-            }
             // A reap that took events leaves a flagged overflow to the next one
             // (the flag stays set until flushed), which finds the queue empty.
             if left || out.len() >= max || out.len() > before || !flush {
@@ -189,12 +183,28 @@ impl Ring {
         true
     }
 
+    /// One completion, with room for it in `out` (at most `max` in all), routed
+    /// by [`route`](Self::route); the entry it answers is queued.
+    #[cold]
+    #[inline(never)]
+    fn complete(
+        &self,
+        g: &mut Shared,
+        cqe: &cqueue::Entry,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+    ) -> io::Result<()> {
+        if let Some(entry) = self.route(g, cqe, out, max) {
+            self.push(g, &entry).map_err(kernel_io)?;
+        }
+        Ok(())
+    }
+
     /// One completion, with room for it in `out` (at most `max` in all). Returns
     /// the entry to queue: again for a cancelled current request, or the poll on
     /// the private epoll instance.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn complete(
+    #[inline(always)]
+    fn route(
         &self,
         g: &mut Shared,
         cqe: &cqueue::Entry,
