@@ -19,7 +19,7 @@
 # until the server stops, so pipe this script's output (`.ci/wine.sh ... | tail`),
 # never a pipeline inside COMMAND: that one would wait for the server.
 #
-# Needs: wine (Debian's wine64 8.0), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)
+# Needs: wine (Debian's wine and wine64 8.0), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)
 # and the rustup target x86_64-pc-windows-gnu. Exits with the command's status.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,8 +31,8 @@ export WINEDLLOVERRIDES="mscoree,mshtml="
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 
 die() { echo "wine.sh: $*" >&2; exit 1; }
-command -v wine >/dev/null || die "wine not found (apt-get install wine64)"
-command -v wineserver >/dev/null || die "wineserver not found (apt-get install wine64)"
+command -v wine >/dev/null || die "wine not found (apt-get install wine)"
+command -v wineserver >/dev/null || die "wineserver not found (apt-get install wine)"
 command -v x86_64-w64-mingw32-gcc >/dev/null ||
     die "x86_64-w64-mingw32-gcc not found (apt-get install gcc-mingw-w64-x86-64)"
 [ $# -gt 0 ] || die "usage: .ci/wine.sh COMMAND [ARGS...]"

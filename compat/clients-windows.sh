@@ -11,7 +11,7 @@
 # Each suite prints its counts per test binary. Tests skipped by name are listed
 # below with the reason, and each is shown to fail on stock polling under wine.
 #
-# Needs wine (wine64), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64) and the
+# Needs wine (Debian packages wine and wine64), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64) and the
 # rustup target x86_64-pc-windows-gnu (as .ci/wine.sh says).
 
 windows_target=x86_64-pc-windows-gnu
