@@ -158,7 +158,7 @@ impl Notifies {
 
     /// [`waiting_seen`](Self::waiting_seen) with only the shutdown bit (the unit
     /// tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn waiting(&self) -> (Waiting<'_>, bool) {
         let (waiting, seen) = self.waiting_seen();
         (waiting, seen.shutdown())
@@ -205,7 +205,7 @@ impl Notifies {
 
     /// Whether the poller is shut down (a `deliver` that is not counted as a
     /// waiter: a zero timeout).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn is_shutdown(&self) -> bool {
         self.state.load(SeqCst) & SHUTDOWN != 0
     }

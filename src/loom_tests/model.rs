@@ -67,7 +67,6 @@ impl Model {
     /// `Poller::deliver`: the same loop, with the model's clock as the deadline.
     pub(super) fn deliver(&self, capacity: usize, timeout: Option<Duration>) -> Delivered {
         let mut events = Events::with_capacity(capacity);
-        events.clear();
         // Only a timed deliver looks at the clock (one scheduling point less per
         // loop for the others).
         let left = || match timeout {
