@@ -267,7 +267,10 @@ impl Driver for Epoll {
         each: &mut impl EventSink,
     ) -> io::Result<bool> {
         let mut buf = [MaybeUninit::<epoll::Event>::uninit(); BATCH];
-        let len = max.clamp(1, BATCH);
+        // The poller never asks for 0 (its buffer is empty or has room at every
+        // wait); a caller that did would get EINVAL from the kernel, not events
+        // past its room.
+        let len = max.min(BATCH);
         self.counters.one(Count::Wait);
         let n = self.wait_into(&mut buf[..len], timeout)?;
         let mut woken = false;

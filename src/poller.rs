@@ -586,10 +586,11 @@ impl<B: Backend> Poller<B> {
         let Some(mut live) = self.table.live(token) else {
             return Err(error::unknown_token("arm", token));
         };
-        // The common re-arm, one kernel modify: `RegState::arm`'s first step,
-        // taken here inline (the same three calls `arm` makes), so that it builds
-        // nothing in memory. Every other arm goes through `RegState::arm_other`.
-        if let Some(next) = live.state.rearm_generation(interest) {
+        // The common re-arm of an idle registration, one kernel modify:
+        // `RegState::arm`'s first step, taken here inline (the same three calls
+        // `arm` makes), so that it builds nothing in memory. Every other arm (a
+        // re-arm for another interest included) goes through `RegState::arm`.
+        if let Some(next) = live.state.idle_rearm_generation() {
             let tag = Tag {
                 slot: token.slot(),
                 incarnation: token.incarnation(),
@@ -627,13 +628,14 @@ impl<B: Backend> Poller<B> {
         self.arm_finish(live, state, token, armed, fb)
     }
 
-    /// [`arm`](Self::arm) other than the common re-arm: already armed for
-    /// `interest`, fresh (the first arm), or always ready.
+    /// [`arm`](Self::arm) other than the common re-arm of an idle registration:
+    /// armed (for `interest` or another), fresh (the first arm), or always ready
+    /// (`RegState::arm`, whole).
     #[inline(never)]
     fn arm_other(&self, live: Live<'_>, token: Token, interest: Interest) -> io::Result<()> {
         let mut fb = Fallbacks::default();
         let mut state = live.state;
-        let armed = state.arm_other(interest, &mut self.kernel_for(token), &mut fb);
+        let armed = state.arm(interest, &mut self.kernel_for(token), &mut fb);
         self.arm_finish(live, state, token, armed, fb)
     }
 

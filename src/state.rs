@@ -268,6 +268,16 @@ impl RegState {
         }
     }
 
+    /// [`rearm_generation`](Self::rearm_generation) for the commonest arm alone:
+    /// `Some(generation)` when the registration is idle (its last arming was
+    /// delivered or disarmed) and not always ready, one compare of the packed
+    /// state; `None` for every other state, [`rearm_generation`](Self::rearm_generation)
+    /// among them (armed for another interest), which [`arm`](Self::arm) handles.
+    #[inline(always)]
+    pub(crate) fn idle_rearm_generation(&self) -> Option<u32> {
+        (self.bits == code_of(Phase::Idle)).then(|| self.generation.wrapping_add(1))
+    }
+
     /// The kernel accepted the modify [`rearm_generation`](Self::rearm_generation)
     /// planned: armed for `interest` at generation `next`.
     #[inline(always)]
