@@ -784,8 +784,12 @@ impl<B: Backend> Poller<B> {
     #[inline(always)]
     pub fn deliver(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         self.check_fork("deliver")?;
-        // The deadline is taken at the first wait: one clock read, none for `None`
-        // or zero, and one more per wait that goes round.
+        // No deadline: nothing to count down (and nothing kept in memory for it).
+        if timeout.is_none() {
+            return wake::deliver(self, events, || None);
+        }
+        // The deadline is taken at the first wait: one clock read, none for zero,
+        // and one more per wait that goes round.
         let countdown = Countdown::new(timeout);
         wake::deliver(self, events, || countdown.left())
     }

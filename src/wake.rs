@@ -69,6 +69,15 @@ fn waiters_in(state: u64) -> u64 {
     state >> 32
 }
 
+/// Whether a `deliver` that leaves with synthetic events queued or the poller
+/// shut down (`state`, as its leave saw the word; `me`: 1 if it was counted)
+/// leaves another thread counted as waiting ([`Notifies::leave`]).
+#[cold]
+#[inline(never)]
+fn others_waiting(state: u64, me: u64) -> bool {
+    waiters_in(state) > me
+}
+
 /// The protocol's shared state. See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Notifies {
@@ -225,7 +234,11 @@ impl Notifies {
             }
             None => (self.state.load(SeqCst), 0),
         };
-        state & (SYNTHETIC | SHUTDOWN) != 0 && waiters_in(state) > me
+        // Neither bit set (the common leave): one test, and the rest out of line.
+        if state & (SYNTHETIC | SHUTDOWN) == 0 {
+            return false;
+        }
+        others_waiting(state, me)
     }
 
     /// Threads counted as waiting now (`Poller::waiters`, the loom model).
