@@ -13,7 +13,11 @@
 #    that it does not shut down between two test binaries, and stops it
 #    (`wineserver -k`) on the way out, also on failure;
 # 4. runs the command with CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine and
-#    WINEDEBUG=-all.
+#    WINEDEBUG=-all, its output copied to this script's as it comes;
+# 5. fails (exit 1 if the command's own status is 0) when a Windows program
+#    crashed under it: wine prints "wine: Unhandled ..." and starts its debugger,
+#    after which the crashed test binary often exits with status 0, so cargo
+#    alone would report the crash as a pass.
 #
 # wine's services (winedevice.exe) inherit the command's stdout and hold it open
 # until the server stops, so pipe this script's output (`.ci/wine.sh ... | tail`),
@@ -56,6 +60,19 @@ cp -f "$dll" "$sys32/bcryptprimitives.dll"
 
 wineserver -p
 trap 'wineserver -k 2>/dev/null || true' EXIT
+# The command writes to a file (never a pipe, which wine's services would hold
+# open), printed while it runs and searched for crashes after.
+log="$dir/output.$$.log"
+: >"$log"
+"$@" >"$log" 2>&1 &
+pid=$!
+tail -n +1 -f --pid="$pid" "$log"
 rc=0
-"$@" || rc=$?
+wait "$pid" || rc=$?
+if grep -q -e '^wine: Unhandled ' -e '^Unhandled exception: ' "$log"; then
+    echo "wine.sh: a Windows program crashed under wine (the 'Unhandled' lines above):" >&2
+    grep -e '^wine: Unhandled ' "$log" | head -5 >&2
+    [ "$rc" -ne 0 ] || rc=1
+fi
+rm -f "$log"
 exit "$rc"

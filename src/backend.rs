@@ -153,6 +153,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
 
     /// Waits for kernel events and appends at most `max` of them to `out`.
     ///
+    /// `max` is at least 1: the poller waits only when its buffer has room
+    /// (`Events::remaining`), and epoll passes it to the kernel as `maxevents`,
+    /// which refuses 0 (EINVAL).
+    ///
     /// `None` blocks until an event or a [`wake`](Self::wake); `Some(ZERO)` never
     /// blocks; any other timeout waits at least that long (rounded up to the kernel's
     /// unit), and a huge one is clamped rather than refused. The wait returns when it

@@ -289,7 +289,7 @@ impl RegState {
     /// [`arm`](Self::arm) other than the common re-arm: unchanged (already armed
     /// for `interest`), fresh, or always ready.
     #[inline(never)]
-    pub(crate) fn arm_other<K: Kernel>(
+    fn arm_other<K: Kernel>(
         &mut self,
         interest: Interest,
         kernel: &mut K,
