@@ -692,7 +692,10 @@ impl<B: Backend> Poller<B> {
     /// Cost: nothing if not armed; otherwise epoll `EPOLL_CTL_MOD` with
     /// `EPOLLONESHOT` and no readiness bits (the kernel still adds `EPOLLERR |
     /// EPOLLHUP`, which with oneshot can fire at most once, and is then dropped as
-    /// stale); kqueue `EV_DISABLE | EV_DISPATCH`; the poll(2) backend changes its set.
+    /// stale); kqueue `EV_DISABLE | EV_DISPATCH`; the poll(2) backend changes its set;
+    /// Windows cancels a socket's AFD poll, and leaves a waitable handle's
+    /// thread-pool wait in place, disarmed (no call: a signal it takes is kept
+    /// for the next arm, see `register_waitable`).
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.

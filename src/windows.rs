@@ -142,10 +142,17 @@ impl<B: Backend> Poller<B> {
     /// signaled exactly one readable event is delivered (with `key`); nothing
     /// more comes until it is armed again, when a manual-reset event still set,
     /// or a process that has exited, is reported again at once.
-    /// [`disarm`](Self::disarm) cancels the wait; [`deregister`](Self::deregister)
-    /// cancels it and has taken effect when it returns: no event of it is
-    /// delivered after that, and the handle can be closed at once. An event of
-    /// an older arming is dropped as stale, by its generation, as a socket's.
+    /// [`disarm`](Self::disarm) stops the reports: nothing is delivered until the
+    /// next arm. A signal is never lost to a disarm: the wait stays in the
+    /// pool, and a signal it takes while disarmed (or took just before the
+    /// disarm, for the arming it ended) is kept and reported by the next arm,
+    /// at once. So a disarmed registration still takes at most one signal from
+    /// its object (an auto-reset event's, a semaphore's count); deregister to
+    /// stop that. [`deregister`](Self::deregister) cancels the wait and has
+    /// taken effect when it returns: no event of it is delivered after that,
+    /// and the handle can be closed at once; a signal its wait took and no
+    /// delivery reported is consumed. An event of an older arming is dropped as
+    /// stale, by its generation, as a socket's.
     ///
     /// The wait is the thread pool's (`RegisterWaitForSingleObject` with
     /// `WT_EXECUTEONLYONCE`, its callback posting to the completion port;
@@ -161,9 +168,12 @@ impl<B: Backend> Poller<B> {
     /// the first arm duplicates the handle (DuplicateHandle: the poller waits
     /// on a handle of its own, closed when the registration ends, so a handle
     /// the caller closes while armed leaves no wait on its number), an arm is
-    /// one RegisterWaitForSingleObject, and a re-arm, disarm or
-    /// deregister of a registration whose wait was started is one
-    /// UnregisterWaitEx more, each a `ctl_call`. The token's
+    /// one RegisterWaitForSingleObject, and a re-arm after a delivery and a
+    /// deregister of a registration whose wait was started are one
+    /// UnregisterWaitEx more; a disarm costs no call, a re-arm after it none
+    /// (the disarmed wait serves it) or, when it reports a kept signal, one
+    /// UnregisterWaitEx and one PostQueuedCompletionStatus; each a `ctl_call`.
+    /// The token's
     /// [`index`](Token::index) is the handle value divided by 4, as a
     /// socket's: handles and sockets share the value space, so a waitable
     /// handle and a socket never share a slot.

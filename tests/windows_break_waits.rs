@@ -1,6 +1,7 @@
 //! The Windows backend's waitable handles under misuse: handles closed while
 //! armed or before the first arm, their numbers reused, signals racing a
-//! deregister, re-arm storms, a poller dropped under armed auto-reset events,
+//! deregister, re-arm storms, signals taken just before a disarm (kept for the
+//! next arm), a poller dropped under armed auto-reset events,
 //! many waits at once, and the duplicates the poller owns. Run under wine:
 //!
 //! ```text
@@ -422,4 +423,82 @@ fn a_handle_with_synchronize_access_only_is_enough() {
     set(&ev);
     assert_eq!(one(&p).key(), 5);
     p.deregister(t).unwrap();
+}
+
+/// A semaphore with `count` counts and room for as many.
+fn semaphore(count: i32) -> OwnedHandle {
+    use windows_sys::Win32::System::Threading::CreateSemaphoreW;
+    // SAFETY: no attributes, no name: a new unnamed semaphore.
+    let h = unsafe { CreateSemaphoreW(ptr::null(), count, count.max(1), ptr::null()) };
+    assert!(
+        !h.is_null(),
+        "CreateSemaphoreW: {}",
+        io::Error::last_os_error()
+    );
+    // SAFETY: `h` is a new handle, owned by the value returned.
+    unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
+}
+
+/// Arms `t` and takes the one event that must come (a deliver with a 20 s
+/// timeout: a lost signal fails here, never a slow pool thread).
+fn arm_and_take(p: &Poller, t: pollshot::Token, what: &str) {
+    p.arm(t, Interest::READABLE).unwrap();
+    let mut events = Events::with_capacity(8);
+    let n = p.deliver(&mut events, LONG).unwrap();
+    assert_eq!(n, 1, "{what}: no event (a signal lost) or more than one");
+    let e = events.iter().next().unwrap();
+    assert_eq!(e.token(), t, "{what}");
+}
+
+#[test]
+fn a_disarm_after_the_wait_took_a_semaphore_count_keeps_it_for_the_next_arm() {
+    // Each satisfied wait decrements the semaphore; a disarm after that makes
+    // its packet stale, and the count would be gone unreported. Every count
+    // must come out as exactly one event.
+    const COUNT: i32 = 50;
+    const ROUNDS: usize = 200;
+    for trial in 0..TRIALS {
+        let p = Poller::new().unwrap();
+        let sem = semaphore(COUNT);
+        let t = p.register_waitable(&sem, 1).unwrap();
+        for _ in 0..ROUNDS {
+            p.arm(t, Interest::READABLE).unwrap();
+            p.disarm(t).unwrap();
+        }
+        for k in 0..COUNT {
+            arm_and_take(&p, t, &format!("trial {trial}, count {k}"));
+        }
+        // Every count reported: the semaphore is empty, and one more arming
+        // reports nothing.
+        p.arm(t, Interest::READABLE).unwrap();
+        notify_and_see_nothing(&p);
+        p.deregister(t).unwrap();
+        assert!(
+            !signaled(&sem),
+            "trial {trial}: counts left after {COUNT} events"
+        );
+    }
+}
+
+#[test]
+fn a_disarm_after_the_wait_took_an_auto_reset_signal_keeps_it_for_the_next_arm() {
+    // Set, armed, disarmed at once or after the pool's wait has (very likely)
+    // fired: the next arm reports the signal, wherever it is (still in the
+    // event, or taken and kept), exactly once.
+    for trial in 0..TRIALS * 5 {
+        let p = Poller::new().unwrap();
+        let ev = event(false);
+        let t = p.register_waitable(&ev, 3).unwrap();
+        set(&ev);
+        p.arm(t, Interest::READABLE).unwrap();
+        if trial % 2 == 1 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        p.disarm(t).unwrap();
+        arm_and_take(&p, t, &format!("trial {trial}"));
+        p.arm(t, Interest::READABLE).unwrap();
+        notify_and_see_nothing(&p);
+        assert!(!signaled(&ev), "trial {trial}: reported, and left set");
+        p.deregister(t).unwrap();
+    }
 }

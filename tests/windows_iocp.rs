@@ -302,28 +302,30 @@ fn disarm_then_set_delivers_nothing() {
     let ev = event(true);
     let t = p.register_waitable(&ev, 0).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
+    // The wait stays in the pool, disarmed: no system call.
     let (_, s) = delta(&p, || p.disarm(t).unwrap());
     assert_eq!(
         s,
         Stats {
             quiets: 1,
-            ctl_calls: 1, // UnregisterWaitEx
             ..Stats::default()
         }
     );
     set(&ev);
     let (_, s) = delta(&p, || notify_and_see_nothing(&p));
-    assert_eq!(s.stale, 0, "the cancelled wait posted nothing");
+    assert_eq!(s.stale, 0, "the disarmed wait posted nothing");
     // The registration is intact: armed again, the set event is reported.
     let (_, s) = delta(&p, || p.arm(t, Interest::READABLE).unwrap());
-    assert_eq!(
-        s,
-        Stats {
-            modifies: 1,
-            ctl_calls: 1, // no wait left to unregister: RegisterWaitForSingleObject
-            ..Stats::default()
-        }
-    );
+    // Either the pool had not seen the set yet (the disarmed wait is the new
+    // arming's: no call), or its wait took it for the disarmed registration,
+    // which kept it (UnregisterWaitEx of the spent wait, and the arming's
+    // packet posted at once).
+    let want = |ctl_calls| Stats {
+        modifies: 1,
+        ctl_calls,
+        ..Stats::default()
+    };
+    assert!(s == want(0) || s == want(2), "{s:?}");
     assert_eq!(one(&p).token(), t);
     p.deregister(t).unwrap();
 }

@@ -276,7 +276,7 @@ impl Driver for Afd {
     fn quiet(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Quiet);
         if self.waits.holds(tag.slot) {
-            return self.waits.cancel(tag.slot, &self.counters);
+            return self.waits.disarm(tag.slot);
         }
         let op = self.records(tag.slot).get(&tag.slot).map(|r| r.op.clone());
         match op {

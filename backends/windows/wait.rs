@@ -30,8 +30,25 @@
 //! 310 without it. A worker thread's callback is queued by `tp_object_submit`
 //! under the pool's lock, which `tp_object_cancel` takes too.
 //!
-//! Cancelling (a re-arm, a disarm, a deregister, the poller's drop) is
-//! `UnregisterWaitEx(wait, INVALID_HANDLE_VALUE)`, which returns only when no
+//! A satisfied wait has taken the object's signal (an auto-reset event reset, a
+//! semaphore decremented), so a disarm must not lose it. A disarm therefore
+//! cancels nothing: the wait stays in the pool, its phase (`Phase`, a word the
+//! callback and the commands move by compare-and-swap) set to disarmed, and a
+//! signal it takes then is kept, not posted; the next arm makes the same wait
+//! its own (no system call), or, if a signal was kept, posts its packet at
+//! once. A disarm that comes after the wait fired for the arming (its packet
+//! posted, now stale) keeps that signal the same way. Cancelling a wait
+//! unregisters it from the pool, and a wait satisfied just before its cancel
+//! may have its callback cancelled with it (wine's `tp_object_cancel` drops a
+//! queued callback): its signal is then gone with nothing to report it. So a
+//! wait is cancelled only where its registration ends (deregister, supersede,
+//! the poller's drop) or once it is spent (fired and delivered, at the next
+//! arm). Measured under wine 8.0 (`tests/windows_break_waits.rs`): a semaphore
+//! of 50 counts armed and disarmed 200 times, then armed and delivered, gives
+//! its 50 counts as 50 events in each of 20 trials; cancelling at each disarm
+//! (the design before) lost 933 of those 1,000 counts.
+//!
+//! Cancelling is `UnregisterWaitEx(wait, INVALID_HANDLE_VALUE)`, which returns only when no
 //! callback of the wait is running or will run (Windows' documented contract;
 //! wine's `RtlDeregisterWaitEx` does `TpSetWait(NULL)` and then
 //! `TpWaitForWait(.., TRUE)`, the same), so the callback's context can be freed
@@ -61,7 +78,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use windows_sys::Win32::Foundation::{
     CloseHandle, DuplicateHandle, GetLastError, DUPLICATE_SAME_ACCESS, ERROR_INVALID_HANDLE,
@@ -75,15 +92,71 @@ use windows_sys::Win32::System::Threading::{
 /// Record shards, as the sockets' (`mod.rs`).
 const SHARDS: usize = 16;
 
-/// What an arming's callback needs: boxed per arming, freed when its wait is
+/// What a wait's callback needs: boxed per wait, freed when the wait is
 /// unregistered (no callback runs after that).
 struct Context {
     port: HANDLE,
     slot: u32,
-    generation: u32,
+    /// The wait's [`Phase`] in the low byte, the arming's generation above.
+    phase: AtomicU64,
 }
 
-/// One arming's thread-pool wait and its callback's context.
+/// Where a wait stands. The callback and the commands (under the slot's lock)
+/// move it by compare-and-swap, so that exactly one of a disarm and a satisfied
+/// wait decides what becomes of the signal the wait took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting, for the arming of this generation: the callback posts its
+    /// packet.
+    Armed(u32),
+    /// Waiting, for a registration that is disarmed: the callback posts
+    /// nothing, and the signal it took is kept (`Kept`).
+    Disarmed,
+    /// Satisfied while armed for this generation: its packet is posted (or
+    /// about to be).
+    Fired(u32),
+    /// Satisfied while disarmed: the object's signal is taken and reported by
+    /// no packet yet.
+    Kept,
+}
+
+impl Phase {
+    fn word(self) -> u64 {
+        match self {
+            Phase::Armed(g) => (g as u64) << 8 | 1,
+            Phase::Disarmed => 2,
+            Phase::Fired(g) => (g as u64) << 8 | 3,
+            Phase::Kept => 4,
+        }
+    }
+
+    fn of(word: u64) -> Phase {
+        let g = (word >> 8) as u32;
+        match word & 0xff {
+            1 => Phase::Armed(g),
+            2 => Phase::Disarmed,
+            3 => Phase::Fired(g),
+            _ => Phase::Kept,
+        }
+    }
+}
+
+impl Context {
+    fn phase(&self) -> Phase {
+        Phase::of(self.phase.load(Ordering::Acquire))
+    }
+
+    /// Moves the phase from `from` to `to`; `Err` with the phase found when
+    /// it was not `from`.
+    fn swap(&self, from: Phase, to: Phase) -> Result<(), Phase> {
+        self.phase
+            .compare_exchange(from.word(), to.word(), Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(Phase::of)
+    }
+}
+
+/// One thread-pool wait and its callback's context.
 struct Wait {
     wait: HANDLE,
     context: *mut Context,
@@ -99,9 +172,27 @@ unsafe extern "system" fn signaled(context: *mut c_void, _timed_out: bool) {
     // only after `UnregisterWaitEx(.., INVALID_HANDLE_VALUE)` returned, which
     // waits for this callback; the port outlives every wait (`Waits::drain`).
     let c = unsafe { &*(context as *const Context) };
-    // A failed post (the port closed) cannot happen while the wait exists, and
-    // a callback has nowhere to report it.
-    let _ = post_packet(c.port, WAIT_KEY, c.generation, c.slot as usize);
+    // Once only (`WT_EXECUTEONLYONCE`): the phase is `Armed` or `Disarmed`; a
+    // command may move it between the load and the swap (then again).
+    loop {
+        let from = c.phase.load(Ordering::Acquire);
+        let (to, post) = match Phase::of(from) {
+            Phase::Armed(g) => (Phase::Fired(g), Some(g)),
+            Phase::Disarmed => (Phase::Kept, None),
+            Phase::Fired(_) | Phase::Kept => return,
+        };
+        if c.phase
+            .compare_exchange(from, to.word(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if let Some(generation) = post {
+                // A failed post (the port closed) cannot happen while the wait
+                // exists, and a callback has nowhere to report it.
+                let _ = post_packet(c.port, WAIT_KEY, generation, c.slot as usize);
+            }
+            return;
+        }
+    }
 }
 
 impl Wait {
@@ -111,7 +202,7 @@ impl Wait {
         let context = Box::into_raw(Box::new(Context {
             port,
             slot,
-            generation,
+            phase: AtomicU64::new(Phase::Armed(generation).word()),
         }));
         let mut wait: HANDLE = ptr::null_mut();
         // SAFETY: `wait` is a live out-parameter; `context` stays allocated
@@ -136,6 +227,11 @@ impl Wait {
         Ok(Wait { wait, context })
     }
 
+    fn context(&self) -> &Context {
+        // SAFETY: the context is freed only by `cancel`, which consumes `self`.
+        unsafe { &*self.context }
+    }
+
     /// Unregisters the wait, waiting for its callback if it is running: one
     /// UnregisterWaitEx. Afterwards no callback of it runs.
     fn cancel(self) -> io::Result<()> {
@@ -157,13 +253,21 @@ impl Wait {
 
 /// One waitable registration: the backend's duplicate of its handle (made at
 /// the first arm, closed when the registration ends) and the wait of its last
-/// arming (`None`: never armed, or the wait was cancelled; a wait that fired
-/// stays until the next arm or cancel unregisters it).
+/// arming (`None`: never armed, or its arming was a posted kept signal; a wait
+/// that fired stays until the next arm or a cancel unregisters it, and a
+/// disarmed one waits on, for the next arm).
 #[derive(Default)]
 struct Reg {
     /// Owned; null until the first arm.
     object: Object,
     wait: Option<Wait>,
+    /// The arming in force was completed by a packet posted at its arm, for a
+    /// kept signal (below), not by a wait.
+    posted: bool,
+    /// A signal a wait took for this registration that no delivery reported:
+    /// the wait was satisfied (and its packet posted) before a disarm, which
+    /// made the packet stale. Reported by the next arm, at once.
+    kept: bool,
 }
 
 /// A handle the backend owns (null: none), closed on drop.
@@ -298,12 +402,22 @@ impl Waits {
         r
     }
 
-    /// Arms `slot` (arming `generation`) on `object`: cancels the wait of the
-    /// previous arming if there is one, then starts a new one on the
-    /// registration's duplicate of `object`. One DuplicateHandle (the first arm
-    /// only), one UnregisterWaitEx (if a wait was left) and one
-    /// RegisterWaitForSingleObject, each counted as a `ctl_call`;
-    /// `InvalidInput` when the first arm finds `object` closed.
+    /// Arms `slot` (arming `generation`) on `object`. The poller re-arms only a
+    /// registration that is not armed, so the wait left from its last arming,
+    /// if any, was either delivered or disarmed:
+    /// - disarmed and still waiting: it is the new arming's wait (its phase moves
+    ///   to `Armed(generation)`); no system call;
+    /// - a kept signal (a wait satisfied for a disarmed arming, or a disarm
+    ///   that came after the arming's wait fired): the arming's packet is posted
+    ///   at once (one PostQueuedCompletionStatus), after the spent wait is
+    ///   unregistered (one UnregisterWaitEx);
+    /// - otherwise the spent wait, if any, is unregistered and a new one starts
+    ///   on the registration's duplicate of `object` (one
+    ///   RegisterWaitForSingleObject; the first arm makes the duplicate, one
+    ///   DuplicateHandle).
+    ///
+    /// Each system call is a `ctl_call`. `InvalidInput` when the first arm
+    /// finds `object` closed.
     pub(crate) fn arm(
         &self,
         port: HANDLE,
@@ -316,23 +430,70 @@ impl Waits {
         if interest != crate::interest::Interest::READABLE {
             return Err(readable_only(interest));
         }
-        // Taken out under the shard's lock, cancelled outside it: a cancel may
-        // wait for a callback, which takes no lock of ours.
-        let (old, mut dup) = match self.shard(slot).get_mut(&slot) {
-            Some(r) => (r.wait.take(), r.object.0),
-            None => return Err(KernelError::NotFound),
+        // Decided under the shard's lock; a spent wait is unregistered outside
+        // it (UnregisterWaitEx may wait for a callback, which takes no lock of
+        // ours).
+        let (spent, mut dup, kept) = {
+            let mut shard = self.shard(slot);
+            let Some(r) = shard.get_mut(&slot) else {
+                return Err(KernelError::NotFound);
+            };
+            r.posted = false;
+            let mut kept = std::mem::take(&mut r.kept);
+            let spent = match r.wait.take() {
+                Some(w) => match w.context().phase() {
+                    from @ (Phase::Disarmed | Phase::Armed(_)) => {
+                        match w.context().swap(from, Phase::Armed(generation)) {
+                            Ok(()) if !kept => {
+                                r.wait = Some(w);
+                                return Ok(());
+                            }
+                            // (A kept signal with a wait still waiting is not
+                            // expected: a disarm keeps a signal only of a wait
+                            // that fired. Reported first all the same.)
+                            Ok(()) => Some(w),
+                            Err(_) => {
+                                // Satisfied meanwhile, while disarmed: kept.
+                                kept = true;
+                                Some(w)
+                            }
+                        }
+                    }
+                    Phase::Kept => {
+                        kept = true;
+                        Some(w)
+                    }
+                    // Delivered.
+                    Phase::Fired(_) => Some(w),
+                },
+                None => None,
+            };
+            (spent, r.object.0, kept)
         };
-        if let Some(old) = old {
+        if let Some(w) = spent {
             counters.one(Count::CtlCall);
-            old.cancel().map_err(KernelError::Other)?;
+            w.cancel().map_err(KernelError::Other)?;
+        }
+        if kept {
+            counters.one(Count::CtlCall);
+            let posted = post_packet(port, WAIT_KEY, generation, slot as usize);
+            // The poller serialises commands for one registration, and makes
+            // and removes it under the slot's lock it holds now: the record is
+            // there.
+            if let Some(r) = self.shard(slot).get_mut(&slot) {
+                match posted {
+                    Ok(()) => r.posted = true,
+                    // Not armed: the signal stays kept for the next arm.
+                    Err(_) => r.kept = true,
+                }
+            }
+            return posted.map_err(KernelError::Other);
         }
         if dup.is_null() {
             counters.one(Count::CtlCall);
             let owned = duplicate(object)?;
             dup = owned.0;
-            // The poller serialises commands for one registration, and makes
-            // and removes it under the slot's lock it holds now: the record is
-            // there, and its `object` still null.
+            // As above: the record is there, and its `object` still null.
             match self.shard(slot).get_mut(&slot) {
                 Some(r) => r.object = owned,
                 None => return Err(KernelError::NotFound),
@@ -351,11 +512,49 @@ impl Waits {
         }
     }
 
+    /// Disarms `slot`'s armed registration: no system call. Its wait, if still
+    /// waiting, stays in the pool for the next arm (its phase moves to
+    /// `Disarmed`: a signal it takes meanwhile is kept, not posted). If the
+    /// arming's wait had fired, or its packet was posted at the arm, the
+    /// object's signal was taken for an arming whose packet the disarm makes
+    /// stale: the registration keeps it (`Reg::kept`) and its next arm reports
+    /// it. The poller calls this under the slot's lock, which a delivery of the
+    /// arming takes too: the packet of an armed registration has not been
+    /// delivered. `NotFound` if the slot holds no waitable registration.
+    pub(crate) fn disarm(&self, slot: u32) -> Result<(), KernelError> {
+        let mut shard = self.shard(slot);
+        let Some(r) = shard.get_mut(&slot) else {
+            return Err(KernelError::NotFound);
+        };
+        if std::mem::take(&mut r.posted) {
+            r.kept = true;
+        }
+        if let Some(w) = &r.wait {
+            match w.context().phase() {
+                from @ Phase::Armed(_) => {
+                    if w.context().swap(from, Phase::Disarmed).is_err() {
+                        // Satisfied meanwhile: its packet is stale.
+                        r.kept = true;
+                    }
+                }
+                Phase::Fired(_) | Phase::Kept => r.kept = true,
+                Phase::Disarmed => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Cancels `slot`'s wait, if it has one (one UnregisterWaitEx, a
-    /// `ctl_call`); `NotFound` if the slot holds no waitable registration.
+    /// `ctl_call`): a deregister. A signal its wait took and no delivery
+    /// reported is consumed (nothing can give it back to the object).
+    /// `NotFound` if the slot holds no waitable registration.
     pub(crate) fn cancel(&self, slot: u32, counters: &Counters) -> Result<(), KernelError> {
         let wait = match self.shard(slot).get_mut(&slot) {
-            Some(r) => r.wait.take(),
+            Some(r) => {
+                r.posted = false;
+                r.kept = false;
+                r.wait.take()
+            }
             None => return Err(KernelError::NotFound),
         };
         match wait {
@@ -426,4 +625,27 @@ pub(crate) fn check_waitable(h: HANDLE) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phase;
+
+    #[test]
+    fn a_phase_round_trips_through_its_word() {
+        for g in [0, 1, 0xff, 0x100, 0xdead_beef, u32::MAX] {
+            for p in [
+                Phase::Armed(g),
+                Phase::Disarmed,
+                Phase::Fired(g),
+                Phase::Kept,
+            ] {
+                assert_eq!(Phase::of(p.word()), p, "{g:#x}");
+            }
+            assert_ne!(Phase::Armed(g).word(), Phase::Fired(g).word());
+        }
+        // Armings of different generations are different words (a swap from
+        // one never succeeds on the other).
+        assert_ne!(Phase::Armed(1).word(), Phase::Armed(2).word());
+    }
 }
