@@ -174,10 +174,10 @@ fn a_set_racing_deregister_with_a_blocked_deliver() {
 #[test]
 fn waitable_rearm_storm_delivers_once_per_arming() {
     // A manual-reset event stays set: every arming fires; a re-arm before its
-    // packet is dequeued drops the old one as stale. Each disarm's
-    // `UnregisterWaitEx` races the pool's callback of that arming (on wine 8.0
-    // the wait thread's own callback path lost that race about 1 run in 5: see
-    // `backends/windows/wait.rs`), so the scenario is repeated.
+    // packet is dequeued drops the old one as stale. Each disarm races the
+    // pool's callback of that arming (on wine 8.0, when the callback ran in the
+    // wait thread and a disarm unregistered the wait, about 1 run in 5 crashed:
+    // see `backends/windows/wait.rs`), so the scenario is repeated.
     const ROUNDS: usize = 300;
     for trial in 0..TRIALS {
         let p = Poller::new().unwrap();
@@ -439,15 +439,11 @@ fn semaphore(count: i32) -> OwnedHandle {
     unsafe { OwnedHandle::from_raw_handle(h as RawHandle) }
 }
 
-/// Arms `t` and takes the one event that must come (a deliver with a 20 s
-/// timeout: a lost signal fails here, never a slow pool thread).
+/// Arms `t` and takes the one event that must come (`one`: a deliver with a
+/// 20 s timeout, so a lost signal fails here, never a slow pool thread).
 fn arm_and_take(p: &Poller, t: pollshot::Token, what: &str) {
     p.arm(t, Interest::READABLE).unwrap();
-    let mut events = Events::with_capacity(8);
-    let n = p.deliver(&mut events, LONG).unwrap();
-    assert_eq!(n, 1, "{what}: no event (a signal lost) or more than one");
-    let e = events.iter().next().unwrap();
-    assert_eq!(e.token(), t, "{what}");
+    assert_eq!(one(p).token(), t, "{what}");
 }
 
 #[test]

@@ -175,16 +175,13 @@ unsafe extern "system" fn signaled(context: *mut c_void, _timed_out: bool) {
     // Once only (`WT_EXECUTEONLYONCE`): the phase is `Armed` or `Disarmed`; a
     // command may move it between the load and the swap (then again).
     loop {
-        let from = c.phase.load(Ordering::Acquire);
-        let (to, post) = match Phase::of(from) {
+        let from = c.phase();
+        let (to, post) = match from {
             Phase::Armed(g) => (Phase::Fired(g), Some(g)),
             Phase::Disarmed => (Phase::Kept, None),
             Phase::Fired(_) | Phase::Kept => return,
         };
-        if c.phase
-            .compare_exchange(from, to.word(), Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if c.swap(from, to).is_ok() {
             if let Some(generation) = post {
                 // A failed post (the port closed) cannot happen while the wait
                 // exists, and a callback has nowhere to report it.
@@ -253,17 +250,15 @@ impl Wait {
 
 /// One waitable registration: the backend's duplicate of its handle (made at
 /// the first arm, closed when the registration ends) and the wait of its last
-/// arming (`None`: never armed, or its arming was a posted kept signal; a wait
-/// that fired stays until the next arm or a cancel unregisters it, and a
-/// disarmed one waits on, for the next arm).
+/// arming (`None`: never armed, or its last arming was completed by a packet
+/// posted at its arm, for a kept signal; a wait that fired stays until the
+/// next arm or a cancel unregisters it, and a disarmed one waits on, for the
+/// next arm).
 #[derive(Default)]
 struct Reg {
     /// Owned; null until the first arm.
     object: Object,
     wait: Option<Wait>,
-    /// The arming in force was completed by a packet posted at its arm, for a
-    /// kept signal (below), not by a wait.
-    posted: bool,
     /// A signal a wait took for this registration that no delivery reported:
     /// the wait was satisfied (and its packet posted) before a disarm, which
     /// made the packet stale. Reported by the next arm, at once.
@@ -438,36 +433,27 @@ impl Waits {
             let Some(r) = shard.get_mut(&slot) else {
                 return Err(KernelError::NotFound);
             };
-            r.posted = false;
+            // (A disarm keeps a signal only of a wait that fired: a kept
+            // signal comes with a spent wait, or none.)
             let mut kept = std::mem::take(&mut r.kept);
-            let spent = match r.wait.take() {
-                Some(w) => match w.context().phase() {
-                    from @ (Phase::Disarmed | Phase::Armed(_)) => {
+            let spent = r.wait.take();
+            if let Some(w) = &spent {
+                match w.context().phase() {
+                    from @ (Phase::Disarmed | Phase::Armed(_)) if !kept => {
                         match w.context().swap(from, Phase::Armed(generation)) {
-                            Ok(()) if !kept => {
-                                r.wait = Some(w);
+                            Ok(()) => {
+                                r.wait = spent;
                                 return Ok(());
                             }
-                            // (A kept signal with a wait still waiting is not
-                            // expected: a disarm keeps a signal only of a wait
-                            // that fired. Reported first all the same.)
-                            Ok(()) => Some(w),
-                            Err(_) => {
-                                // Satisfied meanwhile, while disarmed: kept.
-                                kept = true;
-                                Some(w)
-                            }
+                            // Satisfied meanwhile, while disarmed: kept.
+                            Err(_) => kept = true,
                         }
                     }
-                    Phase::Kept => {
-                        kept = true;
-                        Some(w)
-                    }
-                    // Delivered.
-                    Phase::Fired(_) => Some(w),
-                },
-                None => None,
-            };
+                    Phase::Kept => kept = true,
+                    // Delivered (`Fired`), or spent with its signal kept.
+                    _ => {}
+                }
+            }
             (spent, r.object.0, kept)
         };
         if let Some(w) = spent {
@@ -480,11 +466,10 @@ impl Waits {
             // The poller serialises commands for one registration, and makes
             // and removes it under the slot's lock it holds now: the record is
             // there.
-            if let Some(r) = self.shard(slot).get_mut(&slot) {
-                match posted {
-                    Ok(()) => r.posted = true,
-                    // Not armed: the signal stays kept for the next arm.
-                    Err(_) => r.kept = true,
+            if posted.is_err() {
+                // Not armed: the signal stays kept for the next arm.
+                if let Some(r) = self.shard(slot).get_mut(&slot) {
+                    r.kept = true;
                 }
             }
             return posted.map_err(KernelError::Other);
@@ -515,32 +500,29 @@ impl Waits {
     /// Disarms `slot`'s armed registration: no system call. Its wait, if still
     /// waiting, stays in the pool for the next arm (its phase moves to
     /// `Disarmed`: a signal it takes meanwhile is kept, not posted). If the
-    /// arming's wait had fired, or its packet was posted at the arm, the
-    /// object's signal was taken for an arming whose packet the disarm makes
-    /// stale: the registration keeps it (`Reg::kept`) and its next arm reports
-    /// it. The poller calls this under the slot's lock, which a delivery of the
-    /// arming takes too: the packet of an armed registration has not been
-    /// delivered. `NotFound` if the slot holds no waitable registration.
+    /// arming's wait had fired, or the arming has no wait (its packet was posted
+    /// at the arm), the object's signal was taken for an arming whose packet
+    /// the disarm makes stale: the registration keeps it (`Reg::kept`) and its
+    /// next arm reports it. The poller calls this under the slot's lock, which
+    /// a delivery of the arming takes too, and only for an armed registration:
+    /// its packet has not been delivered. `NotFound` if the slot holds no
+    /// waitable registration.
     pub(crate) fn disarm(&self, slot: u32) -> Result<(), KernelError> {
         let mut shard = self.shard(slot);
         let Some(r) = shard.get_mut(&slot) else {
             return Err(KernelError::NotFound);
         };
-        if std::mem::take(&mut r.posted) {
-            r.kept = true;
-        }
-        if let Some(w) = &r.wait {
-            match w.context().phase() {
-                from @ Phase::Armed(_) => {
-                    if w.context().swap(from, Phase::Disarmed).is_err() {
-                        // Satisfied meanwhile: its packet is stale.
-                        r.kept = true;
-                    }
-                }
-                Phase::Fired(_) | Phase::Kept => r.kept = true,
-                Phase::Disarmed => {}
-            }
-        }
+        let kept = match &r.wait {
+            // An armed registration without a wait: its arming was posted.
+            None => true,
+            Some(w) => match w.context().phase() {
+                // Satisfied meanwhile if the swap fails: its packet is stale.
+                from @ Phase::Armed(_) => w.context().swap(from, Phase::Disarmed).is_err(),
+                Phase::Fired(_) | Phase::Kept => true,
+                Phase::Disarmed => false,
+            },
+        };
+        r.kept |= kept;
         Ok(())
     }
 
@@ -551,7 +533,6 @@ impl Waits {
     pub(crate) fn cancel(&self, slot: u32, counters: &Counters) -> Result<(), KernelError> {
         let wait = match self.shard(slot).get_mut(&slot) {
             Some(r) => {
-                r.posted = false;
                 r.kept = false;
                 r.wait.take()
             }
