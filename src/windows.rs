@@ -166,8 +166,10 @@ impl<B: Backend> Poller<B> {
     /// (`WaitForMultipleObjects` for it and an event never set, with a zero
     /// timeout: it consumes nothing), not counted in [`Stats`](crate::Stats);
     /// the first arm duplicates the handle (DuplicateHandle: the poller waits
-    /// on a handle of its own, closed when the registration ends, so a handle
-    /// the caller closes while armed leaves no wait on its number), an arm is
+    /// on a handle of its own, so a handle the caller closes while armed
+    /// leaves no wait on its number; the duplicate is closed a second after
+    /// the registration ends, by a thread of the process's, since under wine
+    /// the pool may still wait on its value for a moment), an arm is
     /// one RegisterWaitForSingleObject, and a re-arm after a delivery and a
     /// deregister of a registration whose wait was started are one
     /// UnregisterWaitEx more; a disarm costs no call, a re-arm after it none

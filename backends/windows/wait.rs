@@ -58,15 +58,18 @@
 //! The pool waits on a handle of the backend's own, not on the caller's: the
 //! first arm of a registration duplicates the caller's handle
 //! (`DuplicateHandle`, same access), every arming waits on that duplicate, and
-//! it is closed when the registration ends (deregister, supersede, the
-//! poller's drop), after its wait is unregistered. `register_waitable` only
+//! it is closed a second after the registration ends (deregister, supersede,
+//! the poller's drop), after its wait is unregistered (the second: wine's pool
+//! thread may still wait on its value for a moment, see `retire`).
+//! `register_waitable` only
 //! borrows the handle, so safe code may close it while a wait is armed; a wait
 //! on the caller's value would then be undefined (RegisterWaitForSingleObject:
 //! the handle must stay open while the wait is pending), and in practice, on
 //! wine, a wait on whatever object the number is given to next: its signals
 //! reported for the old registration and an auto-reset event's consumed. With
 //! the duplicate, a closed handle leaves the object alive until the
-//! registration ends, and its number's next owner is never waited on.
+//! registration ends (and a second more), and its number's next owner is
+//! never waited on.
 //! Which behaviour a wait has (when it is satisfied, what it consumes: an
 //! auto-reset event is reset, a semaphore decremented, a mutex acquired by the
 //! pool's thread) is `WaitForSingleObject`'s, which the pool calls.
@@ -79,7 +82,9 @@ use std::ffi::c_void;
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
 use windows_sys::Win32::Foundation::{
     CloseHandle, DuplicateHandle, GetLastError, DUPLICATE_SAME_ACCESS, ERROR_INVALID_HANDLE,
     ERROR_IO_PENDING, HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED,
@@ -249,7 +254,7 @@ impl Wait {
 }
 
 /// One waitable registration: the backend's duplicate of its handle (made at
-/// the first arm, closed when the registration ends) and the wait of its last
+/// the first arm, closed a second after the registration ends) and the wait of its last
 /// arming (`None`: never armed, or its last arming was completed by a packet
 /// posted at its arm, for a kept signal; a wait that fired stays until the
 /// next arm or a cancel unregisters it, and a disarmed one waits on, for the
@@ -280,12 +285,67 @@ unsafe impl Send for Object {}
 impl Drop for Object {
     fn drop(&mut self) {
         if !self.0.is_null() {
-            // SAFETY: the duplicate is this value's own, closed once. No wait
-            // is left on it: every path that drops a `Reg` (`set`, `drain`)
-            // takes its wait out and unregisters it first, and forgets the
-            // duplicate instead where that failed.
-            unsafe { CloseHandle(self.0) };
+            // No wait is left on it: every path that drops a `Reg` (`set`,
+            // `drain`) takes its wait out and unregisters it first, and
+            // forgets the duplicate instead where that failed.
+            retire(self.0);
         }
+    }
+}
+
+/// How long a registration's duplicate stays open after the registration
+/// ended (see [`retire`]).
+const RETIRE_AFTER: Duration = Duration::from_secs(1);
+
+/// Closes `h`, a duplicate whose registration has ended, [`RETIRE_AFTER`]
+/// from now, on one thread of the process's (`pollshot-retire`, started at the
+/// first call; if it cannot be started, `h` is closed at once).
+///
+/// Why not at once: wine 8.0's pool thread waits on handle values, not on the
+/// objects. `waitqueue_thread_proc` (dlls/ntdll/threadpool.c) copies the
+/// waiting objects' handles under `waitqueue.cs`, leaves it, then calls
+/// `NtWaitForMultipleObjects` with the copies. A wait unregistered in between
+/// leaves its handle in that call; closed at once, its value is the next
+/// handle the process makes (the server gives out the lowest free entry), so
+/// the call may wait on a new object (the next registration's duplicate, or
+/// any handle of the caller's) and, satisfied, consume its signal for a wait
+/// that no longer exists ("wait object triggered while object was
+/// destroyed"): an auto-reset event reset, a semaphore count gone, no
+/// callback. Measured here: 4 threads each registering, setting, arming,
+/// delivering and deregistering a fresh event, 16,000 times under CPU load,
+/// lost 1 signal with the close at once (and wine printed that warning for
+/// it). Kept open, the value names the old object until the pool thread's
+/// call has long returned. Windows' pool needs no delay, but the cost is
+/// small: the object lives a second longer.
+fn retire(h: HANDLE) {
+    static CLOSER: OnceLock<Option<mpsc::Sender<(Instant, usize)>>> = OnceLock::new();
+    let closer = CLOSER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<(Instant, usize)>();
+        let started = thread::Builder::new()
+            .name("pollshot-retire".into())
+            .spawn(move || {
+                // Every entry is due `RETIRE_AFTER` after it was sent: in the
+                // order sent.
+                for (due, h) in rx {
+                    let now = Instant::now();
+                    if due > now {
+                        thread::sleep(due - now);
+                    }
+                    // SAFETY: the duplicate was handed over by `retire`, its
+                    // only owner; closed once.
+                    unsafe { CloseHandle(h as HANDLE) };
+                }
+            });
+        started.ok().map(|_| tx)
+    });
+    let sent = match closer {
+        Some(tx) => tx.send((Instant::now() + RETIRE_AFTER, h as usize)).is_ok(),
+        None => false,
+    };
+    if !sent {
+        // SAFETY: the duplicate is the caller's alone (not handed over); closed
+        // once.
+        unsafe { CloseHandle(h) };
     }
 }
 
