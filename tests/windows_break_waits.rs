@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use windows_common::{
-    delta, event, notify_and_see_nothing, on_cue, one, set, tcp_pair, until_waiters, LONG, TRIALS,
+    delta, event, notify_and_see_nothing, on_cue, one, set, tcp_pair, until, until_waiters, LONG,
+    TRIALS,
 };
 use windows_sys::Win32::Foundation::{HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT};
 use windows_sys::Win32::System::Threading::{CreateEventW, WaitForSingleObject};
@@ -64,19 +65,12 @@ fn exists(name: &str) -> bool {
     true
 }
 
-/// Whether the event named `name` is gone within [`LONG`]: a registration's
-/// duplicate is closed a second after the registration ends (`wait.rs`,
-/// `retire`), so a leaked one fails here and a closed one passes, however slow
-/// the machine.
-fn gone(name: &str) -> bool {
-    let end = std::time::Instant::now() + LONG.unwrap();
-    while exists(name) {
-        if std::time::Instant::now() > end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    true
+/// Waits until the event named `name` is gone, failing after [`LONG`]: a
+/// registration's duplicate is closed a second after the registration ends
+/// (`wait.rs`, `retire`), so a leaked one fails here and a closed one passes,
+/// however slow the machine.
+fn until_gone(name: &str) {
+    until(|| !exists(name), || format!("{name} still exists"));
 }
 
 #[test]
@@ -372,7 +366,7 @@ fn waitable_registrations_close_every_duplicate_they_make() {
         ended.push(n);
     }
     for n in &ended {
-        assert!(gone(n), "{n}");
+        until_gone(n);
     }
     // The poller's drop closes what its armed registrations held.
     let names: Vec<String> = (0..8)
@@ -388,7 +382,9 @@ fn waitable_registrations_close_every_duplicate_they_make() {
     drop(evs);
     assert!(names.iter().all(|n| exists(n)));
     drop(p);
-    assert!(names.iter().all(|n| gone(n)));
+    for n in &names {
+        until_gone(n);
+    }
 }
 
 #[test]

@@ -60,9 +60,15 @@ pub fn notify_and_see_nothing(p: &Poller) {
 
 /// Until `n` threads are counted in `p`'s `deliver` (a hang fails).
 pub fn until_waiters(p: &Poller, n: usize) {
+    until(|| p.waiters() >= n, || format!("{n} threads never blocked"));
+}
+
+/// Checks `done` every millisecond until it holds; fails with `what` if it
+/// still does not after [`LONG`].
+pub fn until(mut done: impl FnMut() -> bool, what: impl FnOnce() -> String) {
     let start = Instant::now();
-    while p.waiters() < n {
-        assert!(start.elapsed() < LONG.unwrap(), "{n} threads never blocked");
+    while !done() {
+        assert!(start.elapsed() < LONG.unwrap(), "{}", what());
         thread::sleep(Duration::from_millis(1));
     }
 }
