@@ -325,9 +325,9 @@ pub(crate) enum Fetched {
     Woken,
 }
 
-/// Where a `deliver` call gets its events and wake-ups: the poller
-/// (`src/poller.rs`), or the loom model of one (`src/loom_tests/`). Both run the
-/// one loop in [`deliver`].
+/// Where a `deliver` call gets its events and wake-ups: the poller (its event
+/// path, `src/delivery.rs`), or the loom model of one (`src/loom_tests/`). Both
+/// run the one loop in [`deliver`].
 pub(crate) trait Source {
     /// The protocol's shared state.
     fn notifies(&self) -> &Notifies;

@@ -6,7 +6,6 @@
 //! with the kernel's answers is `command.rs`; where its records travel, `queue.rs`.
 
 use super::changes::{self, Action, Command};
-use super::command::udata;
 use super::queue::{sync::MutexGuard, Outbox, Queue, Record, Shared, NO_RECORD};
 use super::sys::{self, KEvent, Kind};
 use crate::backend::{Backend, Driver, RawEvent, Tag};
@@ -282,7 +281,7 @@ impl Driver for Kqueue {
             if view.incarnation != tag.incarnation || view.fired_at != Some(view.seq) {
                 return;
             }
-            let udata = udata(Tag {
+            let udata = sys::tag_udata(Tag {
                 generation: view.stamp,
                 ..tag
             });

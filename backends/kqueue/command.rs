@@ -12,7 +12,7 @@ use crate::backend::{RawEvent, Tag};
 use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::Count;
-use crate::token::{pack_usize, unpack_usize};
+use crate::token::unpack_usize;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -26,23 +26,6 @@ struct Verdict {
     lost: Filters,
     /// Whether every own record was a `Disable` answered ENOENT.
     all_gone: bool,
-}
-
-/// The `udata` of a registration's records: slot and arming generation where
-/// the kernel stores `udata` on every change (`sys::UDATA_IS_GENERATION`), else
-/// slot and incarnation (fixed at `EV_ADD`). See `token.rs` for the packing.
-pub(super) fn udata(tag: Tag) -> usize {
-    if sys::UDATA_IS_GENERATION {
-        pack_usize(tag.slot, tag.generation)
-    } else {
-        pack_usize(tag.slot, tag.incarnation)
-    }
-}
-
-/// The stamp an event of the arming `tag` installs carries: [`udata`]'s high
-/// part, as it survives packing.
-pub(super) fn stamp(tag: Tag) -> u32 {
-    unpack_usize(udata(tag)).1
 }
 
 impl Kqueue {
@@ -180,13 +163,13 @@ impl Kqueue {
         build: impl FnOnce(&View) -> Plan,
     ) -> Option<Verdict> {
         let mut sh = self.shared();
-        let view = sh.view(tag, stamp(tag));
+        let view = sh.view(tag, sys::tag_stamp(tag));
         let plan = build(view);
         view.knotes = plan.after;
         view.seq = view.seq.wrapping_add(1);
         if matches!(kind, Count::Add | Count::Modify) {
             // The arming this command installs: its events carry this stamp.
-            view.stamp = stamp(tag);
+            view.stamp = sys::tag_stamp(tag);
         }
         let seq = view.seq;
         self.count(kind, &plan);
@@ -289,7 +272,7 @@ impl Kqueue {
         command: Command,
         superseded: bool,
     ) -> Result<(), KernelError> {
-        let udata = udata(tag);
+        let udata = sys::tag_udata(tag);
         let kind = match command {
             Command::Add(_) => Count::Add,
             Command::Modify(_) => Count::Modify,

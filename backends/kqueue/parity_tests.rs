@@ -23,7 +23,7 @@ struct Kq<'a> {
 }
 
 /// The `udata` the backend sends for an arming of `generation` (as
-/// `command.rs`'s `udata`).
+/// `sys::tag_udata`).
 fn udata_for(sem: Semantics, slot: u32, incarnation: u32, generation: u32) -> usize {
     if sem.tag_is_generation() {
         pack_usize(slot, generation)

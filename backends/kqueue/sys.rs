@@ -4,6 +4,8 @@
 //! NetBSD rump kernel, `--cfg pollshot_rump`, in `sys_rump.rs`).
 
 use super::changes::{self, Action, Change, Filter};
+use crate::backend::Tag;
+use crate::token::{pack_usize, unpack_usize};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
@@ -163,6 +165,23 @@ cfg_if::cfg_if! {
 /// carries the slot's incarnation, fixed at `EV_ADD`, and an event is current
 /// while the table says armed.
 pub(super) const UDATA_IS_GENERATION: bool = cfg!(target_pointer_width = "64");
+
+/// The `udata` of a registration's records for the arming `tag`: slot and
+/// arming generation where [`UDATA_IS_GENERATION`], else slot and incarnation
+/// (fixed at `EV_ADD`). See `token.rs` for the packing.
+pub(super) fn tag_udata(tag: Tag) -> usize {
+    if UDATA_IS_GENERATION {
+        pack_usize(tag.slot, tag.generation)
+    } else {
+        pack_usize(tag.slot, tag.incarnation)
+    }
+}
+
+/// The stamp an event of the arming `tag` installs carries: [`tag_udata`]'s
+/// high part, as it survives packing.
+pub(super) fn tag_stamp(tag: Tag) -> u32 {
+    unpack_usize(tag_udata(tag)).1
+}
 
 /// Whether the waker is an `EVFILT_USER` knote (else a pipe). OpenBSD and NetBSD
 /// gained `EVFILT_USER` recently (NetBSD 10), so they use the pipe.

@@ -9,7 +9,7 @@ use io_uring::{opcode, types};
 use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
 impl Drop for Ring {
@@ -56,15 +56,6 @@ thread_local! {
     /// one ring again and again finds it here without walking its list. A plain
     /// `Cell` without a destructor, so reading it costs no registration check.
     static NOTED: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Ring ids, from 1 on (0 is "none" in `NOTED`); never reused, so a ring dropped
-/// and another made at its address are told apart.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A new ring's id.
-pub(super) fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Ring {

@@ -11,7 +11,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
@@ -326,6 +326,11 @@ pub(super) fn fd_ref<'a>(fd: RawFd) -> BorrowedFd<'a> {
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
+/// Ring ids ([`Ring::id`]), from 1 on (0 is "none" in the thread's last noted
+/// ring, `exit.rs`); never reused, so a ring dropped and another made at its
+/// address are told apart.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 impl Ring {
     pub(super) fn new(counters: Arc<Counters>) -> io::Result<Arc<Ring>> {
         let (ring, waker, skip_success) = create()?;
@@ -341,7 +346,7 @@ impl Ring {
             skip_success,
             counters,
             me: me.clone(),
-            id: super::exit::next_id(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
 
