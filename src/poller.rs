@@ -748,6 +748,16 @@ impl<B: Backend> Poller<B> {
     /// - Notifies coalesce only beyond the number of blocked delivers: while as
     ///   many are pending as there are threads blocked (at least one), another
     ///   notify changes nothing.
+    /// - A `deliver` with a zero timeout (a poll, which never blocks) takes a
+    ///   notify only while no thread is inside a `deliver` that may block: one
+    ///   that is (a worker parked with `None` or a timeout) gets it, even while
+    ///   other threads poll in a loop. A poll that takes the waker's wake-up
+    ///   first leaves the notify and wakes the kernel again: one more waker
+    ///   write per such poll until the blocked thread has run. A thread polling
+    ///   in a tight loop beside one blocked `deliver` made a mean of 179 writes
+    ///   per notify on epoll (at most 1,870), 23 on io_uring and 4 on poll(2),
+    ///   on a loaded 2-core machine; a poller that is polled in a loop while
+    ///   others block pays that.
     ///
     /// So notifies do not stop `k` workers: a worker that has not entered
     /// `deliver` yet is not counted, and `k` notifies made before the workers

@@ -4,6 +4,10 @@
 //!
 //! - one `notify` ends exactly one `deliver` call: one that is blocked now, or the
 //!   next one (which then returns at once);
+//! - a `deliver` with a zero timeout is not counted as a waiter, and takes a
+//!   notify only while no waiter is counted: the waker is shared, so such a poll
+//!   can take the kernel's wake-up meant for a blocked waiter, and then it leaves
+//!   the notify pending and wakes the kernel again (`Notifies::woken`);
 //! - `k` notifies with `k` or more blocked waiters end `k` distinct delivers;
 //! - notifies coalesce only beyond the number of blocked waiters: while as many
 //!   wake-ups are pending as there are threads blocked in `deliver` (at least one),
@@ -133,6 +137,17 @@ pub(crate) struct Woken {
     pub(crate) shutdown: bool,
 }
 
+/// What a wait that the kernel woke did with the pending notifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    /// None was pending.
+    None,
+    /// It took one; `more`: others are still pending.
+    One { more: bool },
+    /// Some are pending, and it left them to the waiters counted (it is not).
+    LeftForAWaiter,
+}
+
 impl Notifies {
     /// No notify pending, nobody waiting, no synthetic event queued.
     pub(crate) fn new() -> Notifies {
@@ -249,30 +264,66 @@ impl Notifies {
     }
 
     /// The kernel woke this wait: take one pending notify, if any, and see
-    /// whether the poller is shut down.
-    pub(crate) fn woken(&self) -> Woken {
-        let (pending, state) = self.take();
-        Woken {
-            notified: pending > 0,
-            pass_on: pending > 1,
-            shutdown: state & SHUTDOWN != 0,
+    /// whether the poller is shut down. `counted`: the wait's `deliver` is
+    /// counted as a waiter. One that is not (a zero timeout) takes a notify only
+    /// while no waiter is counted: otherwise the notify is for a waiter, which may
+    /// be blocked, and this wait took the wake-up meant for it, so it takes
+    /// nothing and passes the wake-up on (`pass_on`).
+    pub(crate) fn woken(&self, counted: bool) -> Woken {
+        let (pending, state) = if counted {
+            self.take()
+        } else {
+            self.take_if_no_waiter()
+        };
+        let shutdown = state & SHUTDOWN != 0;
+        match pending {
+            Taken::None => Woken {
+                notified: false,
+                pass_on: false,
+                shutdown,
+            },
+            Taken::One { more } => Woken {
+                notified: true,
+                pass_on: more,
+                shutdown,
+            },
+            Taken::LeftForAWaiter => Woken {
+                notified: false,
+                pass_on: true,
+                shutdown,
+            },
         }
     }
 
-    /// Takes one pending notify: returns the notifies pending before (0: none
-    /// was, none taken) and the state word it saw.
-    fn take(&self) -> (u64, u64) {
+    /// Takes one pending notify, if any; returns what it did and the state word
+    /// it saw.
+    fn take(&self) -> (Taken, u64) {
+        self.take_unless(|_| false)
+    }
+
+    /// [`take`](Self::take) for a wait not counted as a waiter: while a waiter
+    /// is counted, the pending notifies are left for the waiters.
+    fn take_if_no_waiter(&self) -> (Taken, u64) {
+        self.take_unless(|state| waiters_in(state) > 0)
+    }
+
+    /// Takes one pending notify unless `leave(state)` says to leave it, decided
+    /// on the same word the take changes.
+    fn take_unless(&self, leave: impl Fn(u64) -> bool) -> (Taken, u64) {
         let mut state = self.state.load(SeqCst);
         loop {
             let pending = state & PENDING;
             if pending == 0 {
-                return (0, state);
+                return (Taken::None, state);
+            }
+            if leave(state) {
+                return (Taken::LeftForAWaiter, state);
             }
             match self
                 .state
                 .compare_exchange(state, state - 1, SeqCst, SeqCst)
             {
-                Ok(_) => return (pending, state),
+                Ok(_) => return (Taken::One { more: pending > 1 }, state),
                 Err(now) => state = now,
             }
         }
@@ -372,6 +423,7 @@ pub(crate) fn deliver<S: Source>(
         let (waiting, seen) = notifies.waiting_seen();
         (Some(waiting), seen)
     };
+    let counted = waiting.is_some();
     events.clear();
     let result = if seen.shutdown() {
         events.set_shutdown();
@@ -380,12 +432,12 @@ pub(crate) fn deliver<S: Source>(
         // The loop's first turn when no synthetic event is queued (the kernel
         // alone fills the buffer, which is empty, and the wait is as asked), taken
         // here inline; only its common end, events in hand, returns from here.
-        match wait_once(source, events, first) {
+        match wait_once(source, events, first, counted) {
             Ok(_) if !events.is_empty() => Ok(events.len()),
-            waited => deliver_on(source, events, first, left, waited),
+            waited => deliver_on(source, events, first, left, waited, counted),
         }
     } else {
-        deliver_loop(source, events, first, left, true)
+        deliver_loop(source, events, first, left, true, counted)
     };
     if notifies.leave(waiting) {
         // Synthetic events are still queued and another thread may be blocked:
@@ -406,12 +458,13 @@ fn deliver_on<S: Source>(
     first: Option<Duration>,
     time_left: impl Fn() -> Option<Duration>,
     waited: io::Result<Fetched>,
+    counted: bool,
 ) -> io::Result<usize> {
     if let Some(result) = turn_end(events, first, first, waited) {
         return result;
     }
     let pending = source.notifies().synthetic_pending();
-    deliver_loop(source, events, time_left(), time_left, pending)
+    deliver_loop(source, events, time_left(), time_left, pending, counted)
 }
 
 /// The end of one turn of [`deliver_loop`], which waited for `wait_for` with
@@ -454,10 +507,10 @@ fn turn_end(
     None
 }
 
-/// [`deliver`]'s loop, with the caller counted as a waiter (or not, for a call
-/// that never blocks). `first` is the time left at entry; `pending`, whether
-/// synthetic events were queued when the call counted itself (read again on
-/// each later turn). Out of line: the common deliver does not come here.
+/// [`deliver`]'s loop, with the caller counted as a waiter (`counted`) or not,
+/// for a call that never blocks. `first` is the time left at entry; `pending`,
+/// whether synthetic events were queued when the call counted itself (read again
+/// on each later turn). Out of line: the common deliver does not come here.
 #[inline(never)]
 fn deliver_loop<S: Source>(
     source: &S,
@@ -465,6 +518,7 @@ fn deliver_loop<S: Source>(
     first: Option<Duration>,
     time_left: impl Fn() -> Option<Duration>,
     mut pending: bool,
+    counted: bool,
 ) -> io::Result<usize> {
     let notifies = source.notifies();
     let mut left = first;
@@ -487,7 +541,7 @@ fn deliver_loop<S: Source>(
         } else {
             left
         };
-        let waited = wait_once(source, events, wait_for);
+        let waited = wait_once(source, events, wait_for, counted);
         if kernel_first {
             source.take_synthetic(events);
         }
@@ -500,16 +554,19 @@ fn deliver_loop<S: Source>(
 }
 
 /// One backend wait; a wake-up that reached it is checked against the pending
-/// notifies, and passed on to the next waiter when more are pending.
+/// notifies ([`Notifies::woken`]: a caller not `counted` as a waiter leaves them
+/// to the counted ones), and passed on to the next waiter when more are pending
+/// or when this caller left the notify to a waiter.
 #[inline(always)]
 fn wait_once<S: Source>(
     source: &S,
     events: &mut Events,
     timeout: Option<Duration>,
+    counted: bool,
 ) -> io::Result<Fetched> {
     let fetched = source.wait(events, timeout)?;
     if fetched == Fetched::Woken {
-        let w = source.notifies().woken();
+        let w = source.notifies().woken(counted);
         if w.notified {
             events.set_notified();
         }
@@ -517,10 +574,12 @@ fn wait_once<S: Source>(
             events.set_shutdown();
         }
         if w.pass_on {
-            // More notifies are pending: wake the kernel again, so that the next
-            // waiter gets the next one. The waker's write fails only on misuse of
-            // its descriptor (EBADF); then the notifies stay pending, and are not
-            // reported to this caller, which got what it asked for.
+            // More notifies are pending, or this call (not counted) left the
+            // notify to a counted waiter, which may be blocked: wake the kernel
+            // again, so that the next waiter gets it. The waker's write fails
+            // only on misuse of its descriptor (EBADF); then the notifies stay
+            // pending, and are not reported to this caller, which got what it
+            // asked for.
             let _ = source.wake();
         }
     }
@@ -549,12 +608,12 @@ mod tests {
         let n = Notifies::new();
         assert_eq!(count_wakes(&n, 1000), 1);
         assert_eq!(n.pending(), 1);
-        let w = n.woken();
+        let w = n.woken(true);
         assert!(w.notified && !w.pass_on);
         assert_eq!(n.pending(), 0);
         // Nothing pending: a kernel wake-up now is spurious.
         assert_eq!(
-            n.woken(),
+            n.woken(true),
             Woken {
                 notified: false,
                 pass_on: false,
@@ -564,13 +623,37 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_not_counted_leaves_a_notify_to_the_counted_waiters() {
+        let n = Notifies::new();
+        let blocked = n.waiting().0;
+        assert_eq!(count_wakes(&n, 1), 1);
+        // A zero-timeout deliver (not counted) took the kernel's wake-up: it
+        // leaves the notify and wakes the kernel again for the waiter.
+        let w = n.woken(false);
+        assert!(!w.notified && w.pass_on, "{w:?}");
+        assert_eq!(n.pending(), 1);
+        // The waiter's wait takes it.
+        let w = n.woken(true);
+        assert!(w.notified && !w.pass_on, "{w:?}");
+        drop(blocked);
+        // With no waiter counted, a call not counted is "the next deliver".
+        assert_eq!(count_wakes(&n, 1), 1);
+        let w = n.woken(false);
+        assert!(w.notified && !w.pass_on, "{w:?}");
+        assert_eq!(n.pending(), 0);
+        // Nothing pending: nothing to pass on.
+        let w = n.woken(false);
+        assert!(!w.notified && !w.pass_on, "{w:?}");
+    }
+
+    #[test]
     fn k_waiters_take_k_notifies_then_coalesce() {
         let n = Notifies::new();
         let waiting: Vec<_> = (0..4).map(|_| n.waiting().0).collect();
         assert_eq!(count_wakes(&n, 10), 4);
         let mut passes = 0;
         for i in 0..4 {
-            let w = n.woken();
+            let w = n.woken(true);
             assert!(w.notified, "waiter {i}");
             passes += w.pass_on as usize;
         }
@@ -615,7 +698,7 @@ mod tests {
         assert_eq!(wakes.get(), 1, "waiters counted: one wake-up");
         n.shutdown(wake).unwrap();
         assert_eq!(wakes.get(), 1, "a second shutdown changes nothing");
-        let w = n.woken();
+        let w = n.woken(true);
         assert!(w.shutdown && !w.notified && !w.pass_on);
         assert!(n.leave(Some(a)), "another waiter is counted: pass it on");
         assert!(!n.leave(Some(b)), "the last waiter: nobody to pass it to");

@@ -11,6 +11,7 @@
 //! or a hang into a failure.
 #![cfg(all(windows, feature = "stats"))]
 
+mod portable;
 mod windows_common;
 
 use pollshot::{Events, Interest, Poller, Stats, Token};
@@ -474,6 +475,12 @@ fn four_notifies_end_four_blocked_delivers() {
             "trial {trial}: a notify was left over"
         );
     }
+}
+
+/// The scenario of `tests/portable`, which the Unix suite runs on every backend.
+#[test]
+fn a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll() {
+    portable::a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll(Poller::new().unwrap());
 }
 
 /// Four threads share one poller and 16 pairs; every byte's readiness is

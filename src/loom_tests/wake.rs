@@ -157,6 +157,34 @@ fn loom_point3_one_notify_ends_exactly_one_of_two_waiters() {
     });
 }
 
+/// A notify made while a waiter is counted ends that waiter's `deliver(None)`,
+/// even where a `deliver` with a zero timeout on another thread (not counted)
+/// takes the kernel's wake-up first: that call leaves the notify and wakes the
+/// kernel again. Before, it took the notify, and the waiter blocked for ever (a
+/// deadlock to loom).
+#[test]
+fn loom_a_zero_timeout_deliver_leaves_the_notify_to_the_counted_waiter() {
+    check(
+        "a zero-timeout deliver beside a waiter, 1 notify",
+        3,
+        || {
+            let model = Arc::new(Model::new());
+            let (returns, handles) = waiters(&model, 1, 8, None);
+            until_waiters(&model, 1);
+            let poll = {
+                let model = Arc::clone(&model);
+                thread::spawn(move || model.deliver(8, Some(Duration::ZERO)))
+            };
+            on_thread(&model, Model::notify);
+            let polled = poll.join().unwrap();
+            join(handles);
+            assert_eq!(polled, TIMED_OUT);
+            assert_eq!(results(&returns), [NOTIFIED]);
+            assert_eq!(model.counters(), (0, 0));
+        },
+    );
+}
+
 /// Point 4: `k` waiters blocked, `k` notifies: each waiter returns notified.
 fn k_notifies_end_k_waiters(k: usize) {
     let model = Arc::new(Model::new());

@@ -21,6 +21,9 @@ pub mod cases;
 pub mod contract;
 pub mod release;
 pub mod wakeups;
+// The scenarios the Windows suite runs too.
+#[path = "../portable/mod.rs"]
+pub mod portable;
 
 use pollshot::{Backend, Event, Events, Poller, Token};
 use std::fs::{File, OpenOptions};
@@ -142,6 +145,8 @@ macro_rules! suite {
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_4_notifies_end_4_blocked_delivers,
+            #[cfg(feature = "stats")]
+            wake_a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll,
             #[cfg(feature = "stats")]
             wake_notify_storm_without_waiters_costs_one_write,
             #[cfg(feature = "stats")]

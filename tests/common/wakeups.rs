@@ -558,6 +558,13 @@ pub fn wake_one_notify_ends_exactly_one_of_4_blocked_delivers<B: Backend>() {
     }
 }
 
+/// [`portable::a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll`] (the
+/// Windows suite runs it too).
+#[cfg(feature = "stats")]
+pub fn wake_a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll<B: Backend>() {
+    portable::a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll(poller::<B>());
+}
+
 /// Attempts of a racy scenario that may be void (its setup was overtaken by a
 /// timeout on a loaded machine) before the test gives up.
 #[cfg(feature = "stats")]
