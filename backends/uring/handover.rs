@@ -135,6 +135,9 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         let deadline = Countdown::new(timeout);
+        // Enters made by this call; only "none", "some" and "3 or more" are
+        // told apart, so it saturates (a blocked wait goes round once per
+        // completion it does not deliver, with no bound).
         let mut polls = 0u8;
         loop {
             let consumed = std::mem::replace(&mut g.woken, false);
@@ -157,7 +160,7 @@ impl Ring {
                 if polls >= 3 || (polls > 0 && !queued) {
                     return Ok(self.leave(g, false, left));
                 }
-                polls += 1;
+                polls = polls.saturating_add(1);
                 drop(g);
                 self.note_submitter();
                 let r = self.enter_nowait();
@@ -181,7 +184,7 @@ impl Ring {
                 }
                 continue;
             }
-            polls += 1;
+            polls = polls.saturating_add(1);
             let posted = g.reaped + self.queued_completions(&g);
             let submitted;
             (g, submitted) = self.lead(g, remaining)?;
