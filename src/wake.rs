@@ -137,17 +137,6 @@ pub(crate) struct Woken {
     pub(crate) shutdown: bool,
 }
 
-/// What a wait that the kernel woke did with the pending notifies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Taken {
-    /// None was pending.
-    None,
-    /// It took one; `more`: others are still pending.
-    One { more: bool },
-    /// Some are pending, and it left them to the waiters counted (it is not).
-    LeftForAWaiter,
-}
-
 impl Notifies {
     /// No notify pending, nobody waiting, no synthetic event queued.
     pub(crate) fn new() -> Notifies {
@@ -175,7 +164,8 @@ impl Notifies {
             }
         }
         wake().map_err(|e| {
-            let _ = self.take();
+            // Takes one pending notify back (unless a wait consumed it).
+            let _ = self.woken(true);
             e
         })
     }
@@ -266,64 +256,34 @@ impl Notifies {
     /// The kernel woke this wait: take one pending notify, if any, and see
     /// whether the poller is shut down. `counted`: the wait's `deliver` is
     /// counted as a waiter. One that is not (a zero timeout) takes a notify only
-    /// while no waiter is counted: otherwise the notify is for a waiter, which may
-    /// be blocked, and this wait took the wake-up meant for it, so it takes
-    /// nothing and passes the wake-up on (`pass_on`).
+    /// while no waiter is counted, decided on the word the take changes:
+    /// otherwise the notify is for a waiter, which may be blocked, and this wait
+    /// took the wake-up meant for it, so it takes nothing and passes the wake-up
+    /// on (`pass_on`).
     pub(crate) fn woken(&self, counted: bool) -> Woken {
-        let (pending, state) = if counted {
-            self.take()
-        } else {
-            self.take_if_no_waiter()
-        };
-        let shutdown = state & SHUTDOWN != 0;
-        match pending {
-            Taken::None => Woken {
-                notified: false,
-                pass_on: false,
-                shutdown,
-            },
-            Taken::One { more } => Woken {
-                notified: true,
-                pass_on: more,
-                shutdown,
-            },
-            Taken::LeftForAWaiter => Woken {
-                notified: false,
-                pass_on: true,
-                shutdown,
-            },
-        }
-    }
-
-    /// Takes one pending notify, if any; returns what it did and the state word
-    /// it saw.
-    fn take(&self) -> (Taken, u64) {
-        self.take_unless(|_| false)
-    }
-
-    /// [`take`](Self::take) for a wait not counted as a waiter: while a waiter
-    /// is counted, the pending notifies are left for the waiters.
-    fn take_if_no_waiter(&self) -> (Taken, u64) {
-        self.take_unless(|state| waiters_in(state) > 0)
-    }
-
-    /// Takes one pending notify unless `leave(state)` says to leave it, decided
-    /// on the same word the take changes.
-    fn take_unless(&self, leave: impl Fn(u64) -> bool) -> (Taken, u64) {
         let mut state = self.state.load(SeqCst);
         loop {
             let pending = state & PENDING;
-            if pending == 0 {
-                return (Taken::None, state);
-            }
-            if leave(state) {
-                return (Taken::LeftForAWaiter, state);
+            let shutdown = state & SHUTDOWN != 0;
+            let left_to_waiters = !counted && waiters_in(state) > 0;
+            if pending == 0 || left_to_waiters {
+                return Woken {
+                    notified: false,
+                    pass_on: pending > 0,
+                    shutdown,
+                };
             }
             match self
                 .state
                 .compare_exchange(state, state - 1, SeqCst, SeqCst)
             {
-                Ok(_) => return (Taken::One { more: pending > 1 }, state),
+                Ok(_) => {
+                    return Woken {
+                        notified: true,
+                        pass_on: pending > 1,
+                        shutdown,
+                    }
+                }
                 Err(now) => state = now,
             }
         }
