@@ -1,7 +1,8 @@
 //! Sets `cfg(pollshot_kqueue)` where the kqueue backend is compiled (the BSDs and
 //! Apple targets, or Linux with `--cfg pollshot_libkqueue` or `--cfg pollshot_rump`),
 //! links libkqueue for the `--cfg pollshot_libkqueue` build on Linux, and a NetBSD
-//! rump kernel for the `--cfg pollshot_rump` one (see [`rump`]).
+//! rump kernel for the `--cfg pollshot_rump` one (see [`link_rump`], in
+//! `build/link.rs`).
 //!
 //! The library is found, in order, through:
 //! 1. `LIBKQUEUE_DIR`: the directory holding `libkqueue.so` (or `libkqueue.a`);
@@ -14,14 +15,15 @@
 //! The crate never builds, vendors or ships libkqueue.
 
 use std::env;
-use std::path::Path;
 use std::process::Command;
 
 include!("build/kqueue_os.rs");
+include!("build/link.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=build/kqueue_os.rs");
+    println!("cargo:rerun-if-changed=build/link.rs");
     println!("cargo:rerun-if-env-changed=LIBKQUEUE_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
@@ -38,7 +40,7 @@ fn main() {
         println!("cargo:rustc-cfg=pollshot_kqueue");
     }
     if rump && linux {
-        return self::rump();
+        return link_rump();
     }
 
     if !(libkqueue && linux) {
@@ -49,7 +51,7 @@ fn main() {
         let dir = Path::new(&dir);
         if dir.is_dir() {
             println!("cargo:rustc-link-search=native={}", dir.display());
-            println!("cargo:rustc-link-lib=kqueue");
+            println!("cargo:rustc-link-lib={}", link_lib(dir, "kqueue"));
             return;
         }
         println!(
@@ -95,38 +97,12 @@ fn pkg_config_libs() -> Result<String, String> {
     String::from_utf8(out.stdout).map_err(|e| format!("{program} output: {e}"))
 }
 
-/// Links a NetBSD rump kernel for `--cfg pollshot_rump`: `POLLSHOT_RUMP_DIR` is
-/// the prefix buildrump.sh installed into (`-d`; its `lib/` holds `librump.so`).
-/// The component libraries are linked with `--no-as-needed`: nothing names their
-/// symbols (`rump_init` finds them among the loaded objects), so the linker would
-/// drop them, and a rump kernel without `rumpnet_local` has no `AF_LOCAL`.
-/// These are link arguments, so they reach this package's own tests, examples and
-/// benches (the only users of this cfg), and an rpath lets them run without
-/// `LD_LIBRARY_PATH`. Without the variable the build only warns: `cargo check`
-/// needs no library. The crate never builds, vendors or ships the rump kernel.
-fn rump() {
-    println!("cargo:rerun-if-env-changed=POLLSHOT_RUMP_DIR");
-    let Some(prefix) = env::var_os("POLLSHOT_RUMP_DIR") else {
-        println!(
-            "cargo:warning=pollshot: --cfg pollshot_rump but POLLSHOT_RUMP_DIR is not set; \
-             set it to the rump kernel's prefix (buildrump.sh -d). `cargo check` works \
-             without it; linking needs it."
-        );
-        return;
-    };
-    let lib = Path::new(&prefix).join("lib");
-    if !lib.join("librump.so").is_file() {
-        println!(
-            "cargo:warning=pollshot: POLLSHOT_RUMP_DIR={}: no lib/librump.so there",
-            Path::new(&prefix).display()
-        );
+/// `cargo:rustc-link-lib`'s value for library `name` of `dir`: the name, or the
+/// file itself (`dylib:+verbatim=FILE`) where [`link_name`] finds `libNAME.so`
+/// to be a flattened link.
+fn link_lib(dir: &Path, name: &str) -> String {
+    match link_name(dir, name).strip_prefix(':') {
+        Some(file) => format!("dylib:+verbatim={file}"),
+        None => name.to_owned(),
     }
-    let lib = lib.display();
-    println!("cargo:rustc-link-arg=-L{lib}");
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
-    println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
-    for l in ["rumpnet_local", "rumpnet", "rumpvfs", "rump", "rumpuser"] {
-        println!("cargo:rustc-link-arg=-l{l}");
-    }
-    println!("cargo:rustc-link-arg=-Wl,--as-needed");
 }
