@@ -88,7 +88,8 @@
 //!   installed libkqueue (for testing it without a BSD kernel).
 //! - `--cfg pollshot_rump`: compile the kqueue backend on Linux against a NetBSD
 //!   rump kernel (NetBSD's kernel code in the process: descriptors are the rump
-//!   kernel's, registered with `register_raw`), for the crate's own tests.
+//!   kernel's, made by `pollshot::rump` and registered with `register_raw`), for
+//!   the crate's own tests, benches and main job.
 
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -184,6 +185,11 @@ pub mod backends {
     #[cfg_attr(docsrs, doc(cfg(all(feature = "io-uring", target_os = "linux"))))]
     pub use crate::uring_backend::Uring;
 }
+
+/// Descriptors of a NetBSD rump kernel (`--cfg pollshot_rump` on Linux only):
+/// what the kqueue backend registers there. See the module's own page.
+#[cfg(pollshot_rump)]
+pub use crate::kqueue_backend::rump;
 
 // The one place the default backend is chosen.
 cfg_if::cfg_if! {

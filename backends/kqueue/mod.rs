@@ -18,7 +18,9 @@
 //!     (`sys::new_kqueue`), and the descriptors the backend owns (`sys::Fd`);
 //!     on a rump kernel, `sys_rump.rs` gives it the rump kernel's `struct
 //!     kevent`, system calls and descriptors (NetBSD 7.99's kqueue, run in the
-//!     process: `tests/rump.rs`);
+//!     process: `tests/rump.rs`, `tests/rump_suite.rs`), and `rump.rs`, public
+//!     as `pollshot::rump`, the rump descriptors that tests, benches and the
+//!     main job register there;
 //!   - `backend.rs`, the [`Backend`](crate::backend::Backend) impl: the kqueue and
 //!     its waker, and every call of `sys::call` (the waker's registration and
 //!     trigger, change-only submissions, the wait that carries queued changes);
@@ -166,6 +168,10 @@ mod command;
 mod queue;
 #[cfg(pollshot_kqueue)]
 mod sys;
+// A NetBSD rump kernel's descriptors, public for the crate's tests, benches and
+// main job (`pollshot::rump`).
+#[cfg(pollshot_rump)]
+pub mod rump;
 
 #[cfg(pollshot_kqueue)]
 pub use self::backend::Kqueue;

@@ -18,14 +18,15 @@
 //! kernel's errno values are NetBSD's; they are translated to the host's here,
 //! at the boundary, so that the backend's errno tests mean what they say.
 //!
-//! The rump kernel must be booted (`rump_init`) before the first poller is
-//! made. A forked child does not inherit the rump kernel's threads: a poller on
-//! it is for one process.
+//! The rump kernel boots with the first poller (or the first descriptor
+//! `pollshot::rump` makes). A forked child does not inherit the rump kernel's
+//! threads: a poller on it is for one process.
 
-use libc::{c_int, c_void, size_t, ssize_t};
+use crate::kqueue_backend::rump::{boot, host_errno, last_error, making, RumpFd};
+use libc::{c_int, c_void, size_t};
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 
 /// NetBSD 7.99's `struct kevent` (`sys/sys/event.h`): 40 bytes on 64-bit
 /// targets, `filter` and `flags` 32 bits, `data` 64 bits.
@@ -90,8 +91,7 @@ pub(crate) const WAIT_RETURNS_CHANGE_ERRORS: bool = true;
 /// Flags added to every re-arm record: none, as on every BSD kernel.
 pub(crate) const ENABLE_EXTRA: u16 = 0;
 
-// NetBSD's values (`sys/sys/fcntl.h`, `sys/sys/stat.h`).
-const O_NONBLOCK: c_int = 0x4;
+// NetBSD's values (`sys/sys/stat.h`).
 const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
 
@@ -111,102 +111,8 @@ extern "C" {
         nevents: size_t,
         timeout: *const libc::timespec,
     ) -> c_int;
-    #[link_name = "rump___sysimpl_pipe2"]
-    fn rump_sys_pipe2(fds: *mut c_int, flags: c_int) -> c_int;
-    #[link_name = "rump___sysimpl_read"]
-    fn rump_sys_read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t;
-    #[link_name = "rump___sysimpl_write"]
-    fn rump_sys_write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
-    #[link_name = "rump___sysimpl_close"]
-    fn rump_sys_close(fd: c_int) -> c_int;
     #[link_name = "rump___sysimpl_fstat50"]
     fn rump_sys_fstat(fd: c_int, st: *mut c_void) -> c_int;
-}
-
-/// The host's errno for NetBSD's `e` (`sys/sys/errno.h`). 1 to 34 are the same
-/// numbers as Linux's but for 11 (EDEADLK; Linux's 11 is EAGAIN); the rest
-/// differ, and a value the host has no name for becomes EIO.
-fn host_errno(e: i32) -> i32 {
-    /// NetBSD's 35 to 96, in order.
-    const FROM_35: [i32; 62] = [
-        libc::EAGAIN,
-        libc::EINPROGRESS,
-        libc::EALREADY,
-        libc::ENOTSOCK,
-        libc::EDESTADDRREQ,
-        libc::EMSGSIZE,
-        libc::EPROTOTYPE,
-        libc::ENOPROTOOPT,
-        libc::EPROTONOSUPPORT,
-        libc::ESOCKTNOSUPPORT,
-        libc::EOPNOTSUPP,
-        libc::EPFNOSUPPORT,
-        libc::EAFNOSUPPORT,
-        libc::EADDRINUSE,
-        libc::EADDRNOTAVAIL,
-        libc::ENETDOWN,
-        libc::ENETUNREACH,
-        libc::ENETRESET,
-        libc::ECONNABORTED,
-        libc::ECONNRESET,
-        libc::ENOBUFS,
-        libc::EISCONN,
-        libc::ENOTCONN,
-        libc::ESHUTDOWN,
-        libc::ETOOMANYREFS,
-        libc::ETIMEDOUT,
-        libc::ECONNREFUSED,
-        libc::ELOOP,
-        libc::ENAMETOOLONG,
-        libc::EHOSTDOWN,
-        libc::EHOSTUNREACH,
-        libc::ENOTEMPTY,
-        libc::EIO, // EPROCLIM
-        libc::EUSERS,
-        libc::EDQUOT,
-        libc::ESTALE,
-        libc::EREMOTE,
-        libc::EIO, // EBADRPC
-        libc::EIO, // ERPCMISMATCH
-        libc::EIO, // EPROGUNAVAIL
-        libc::EIO, // EPROGMISMATCH
-        libc::EIO, // EPROCUNAVAIL
-        libc::ENOLCK,
-        libc::ENOSYS,
-        libc::EIO, // EFTYPE
-        libc::EIO, // EAUTH
-        libc::EIO, // ENEEDAUTH
-        libc::EIDRM,
-        libc::ENOMSG,
-        libc::EOVERFLOW,
-        libc::EILSEQ,
-        libc::ENOTSUP,
-        libc::ECANCELED,
-        libc::EBADMSG,
-        libc::ENODATA,
-        libc::ENOSR,
-        libc::ENOSTR,
-        libc::ETIME,
-        libc::ENODATA, // ENOATTR
-        libc::EMULTIHOP,
-        libc::ENOLINK,
-        libc::EPROTO,
-    ];
-    match e {
-        11 => libc::EDEADLK,
-        0..=34 => e,
-        35..=96 => FROM_35[(e - 35) as usize],
-        _ => libc::EIO,
-    }
-}
-
-/// The error of a failed rump system call: its errno (NetBSD's, set by
-/// `rumpuser_seterrno`) as the host's.
-fn last_error() -> io::Error {
-    let e = io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO);
-    io::Error::from_raw_os_error(host_errno(e))
 }
 
 /// `rump_sys_kevent`, with `sys::call`'s signature: NetBSD's errno values in a
@@ -241,56 +147,37 @@ pub(crate) unsafe fn kevent(
     n
 }
 
-/// A descriptor in the rump kernel's table, closed with `rump_sys_close` when
-/// dropped. The backend's kqueue and its waker's pipe ends.
-#[derive(Debug)]
-pub(crate) struct Fd(RawFd);
+/// The descriptors the backend owns (the kqueue, the waker's pipe ends): the
+/// rump kernel's.
+pub(crate) type Fd = RumpFd;
 
-impl AsRawFd for Fd {
-    /// The rump kernel's number (not a host descriptor).
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the number is this `Fd`'s own, closed once, here.
-        unsafe { rump_sys_close(self.0) };
-    }
-}
-
-/// A new kqueue in the rump kernel. (Close-on-exec means nothing there: a rump
-/// kernel runs no program.)
+/// A new kqueue in the rump kernel, which boots first if no one booted it
+/// (`rump::boot`). (Close-on-exec means nothing there: a rump kernel runs no
+/// program.)
 pub(crate) fn new_kqueue() -> io::Result<Fd> {
+    boot()?;
+    // Held off by a dup2 (`rump::making`).
+    let _making = making();
     // SAFETY: kqueue(2) takes no argument.
     let fd = unsafe { rump_sys_kqueue() };
     if fd < 0 {
         return Err(last_error());
     }
-    Ok(Fd(fd))
+    // SAFETY: kqueue(2) returned a new number that nothing else owns.
+    Ok(unsafe { RumpFd::from_raw(fd) })
 }
 
 /// The waker's pipe in the rump kernel, both ends non-blocking: `(read, write)`.
 pub(crate) fn waker_pipe() -> io::Result<(Fd, Fd)> {
-    let mut fds: [c_int; 2] = [-1, -1];
-    // SAFETY: pipe2(2) writes two descriptors into `fds`.
-    if unsafe { rump_sys_pipe2(fds.as_mut_ptr(), O_NONBLOCK) } < 0 {
-        return Err(last_error());
-    }
-    Ok((Fd(fds[0]), Fd(fds[1])))
+    RumpFd::pipe()
 }
 
 /// Writes one byte to the waker's pipe. A full pipe already wakes its reader:
 /// not an error.
 pub(crate) fn wake_pipe(w: &Fd) -> io::Result<()> {
-    // SAFETY: one byte from a live buffer.
-    if unsafe { rump_sys_write(w.0, [1u8].as_ptr().cast(), 1) } >= 0 {
-        return Ok(());
-    }
-    match last_error() {
-        e if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        e => Err(e),
+    match w.write(&[1]) {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -301,15 +188,11 @@ pub(crate) fn drain_pipe(r: &Fd) -> u64 {
     let mut reads = 0;
     loop {
         reads += 1;
-        // SAFETY: at most `buf.len()` bytes into `buf`.
-        let n = unsafe { rump_sys_read(r.0, buf.as_mut_ptr().cast(), buf.len()) };
-        if n == buf.len() as ssize_t {
-            continue;
+        match r.read(&mut buf) {
+            Ok(n) if n == buf.len() => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            _ => return reads,
         }
-        if n < 0 && last_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return reads;
     }
 }
 
