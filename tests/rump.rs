@@ -2,11 +2,12 @@
 //! 7.99.34 sources, `sys/kern/kern_event.c` 1.88, the kqueue NetBSD 8 and 9
 //! ship) booted in this process, driven on its own pipes and `AF_LOCAL`
 //! socketpairs. Built only with `--cfg pollshot_rump` and `POLLSHOT_RUMP_DIR`
-//! naming the rump kernel (README, "Testing the kqueue backend").
+//! naming the rump kernel (docs/testing.md, "On NetBSD kernel code").
 //!
-//! Every descriptor here is a rump descriptor: a number in the rump kernel's
-//! table, registered with `register_raw`, read and written with `rump_sys_read`
-//! and `rump_sys_write`. The cases are the ones where a kernel's re-arm path
+//! Every descriptor here is a rump descriptor (`pollshot::rump::RumpFd`): a
+//! number in the rump kernel's table, registered with `register_raw`, read and
+//! written with the rump kernel's calls. The per-backend suite runs on such
+//! descriptors too (`tests/rump_suite.rs`). The cases are the ones where a kernel's re-arm path
 //! decides the outcome: a re-arm with data left unread must be reported again
 //! (NetBSD 8/9's `EV_ENABLE` does not re-run the filter; `kqueue_register` does
 //! for `EV_ADD`), both filters of one registration re-armed together, an
@@ -17,85 +18,26 @@
 //! Timing never decides a pass: a missing event fails after `LOST_AFTER`.
 #![cfg(pollshot_rump)]
 
-#[allow(unused_macros)] // the per-backend suite: host descriptors only
+#[allow(unused_macros)] // the per-backend suite: tests/rump_suite.rs expands it
 mod common;
 
 use common::wakeups::{until_waiters, TRIALS};
-use common::{assert_no_events, delta, expect_events, expect_one, poller, within, LOST_AFTER};
+use common::{assert_no_events, delta, expect_events, expect_one, poller, within, Fd, LOST_AFTER};
 use pollshot::backends::Kqueue;
+use pollshot::rump::RumpFd as Rfd;
 use pollshot::{Events, Interest, Poller, Token};
-use std::ffi::{c_int, c_void};
-use std::sync::{mpsc, Arc, Once};
+use std::io;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-// The rump kernel's entry points (`<rump/rump.h>`, `<rump/rump_syscalls.h>`,
-// which renames each `rump_sys_NAME` to the symbol named here). Linked by
-// build.rs.
-extern "C" {
-    fn rump_init() -> c_int;
-    #[link_name = "rump___sysimpl_pipe2"]
-    fn rump_sys_pipe2(fds: *mut c_int, flags: c_int) -> c_int;
-    #[link_name = "rump___sysimpl_socketpair"]
-    fn rump_sys_socketpair(domain: c_int, kind: c_int, protocol: c_int, sv: *mut c_int) -> c_int;
-    #[link_name = "rump___sysimpl_read"]
-    fn rump_sys_read(fd: c_int, buf: *mut c_void, len: usize) -> isize;
-    #[link_name = "rump___sysimpl_write"]
-    fn rump_sys_write(fd: c_int, buf: *const c_void, len: usize) -> isize;
-    #[link_name = "rump___sysimpl_close"]
-    fn rump_sys_close(fd: c_int) -> c_int;
-    #[link_name = "rump___sysimpl_dup2"]
-    fn rump_sys_dup2(from: c_int, to: c_int) -> c_int;
-}
-
-// NetBSD's values (`sys/sys/fcntl.h`, `sys/sys/socket.h`, `sys/sys/errno.h`).
-const O_NONBLOCK: c_int = 0x4;
-const AF_LOCAL: c_int = 1;
-const SOCK_STREAM: c_int = 1;
-const SOCK_NONBLOCK: c_int = 0x2000_0000;
-const EAGAIN: i32 = 35;
-
-/// Boots the rump kernel once per process.
-fn boot() {
-    static BOOT: Once = Once::new();
-    // SAFETY: rump_init takes no argument; called once (`Once`).
-    BOOT.call_once(|| assert_eq!(unsafe { rump_init() }, 0, "rump_init"));
-}
-
-/// A rump descriptor, closed with `rump_sys_close` when dropped.
-#[derive(Debug)]
-struct Rfd(c_int);
-
-impl Drop for Rfd {
-    fn drop(&mut self) {
-        // SAFETY: the number is this value's own, closed once.
-        assert_eq!(unsafe { rump_sys_close(self.0) }, 0, "close {}", self.0);
-    }
-}
-
-/// The errno the rump kernel set (NetBSD's value).
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
 
 /// A non-blocking pipe in the rump kernel: `(read, write)`.
 fn pipe() -> (Rfd, Rfd) {
-    boot();
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`.
-    let r = unsafe { rump_sys_pipe2(fds.as_mut_ptr(), O_NONBLOCK) };
-    assert_eq!(r, 0, "pipe2: errno {}", errno());
-    (Rfd(fds[0]), Rfd(fds[1]))
+    <Rfd as Fd>::pipe()
 }
 
 /// A non-blocking `AF_LOCAL` stream socketpair in the rump kernel.
 fn socketpair() -> (Rfd, Rfd) {
-    boot();
-    let mut fds = [-1; 2];
-    // SAFETY: socketpair writes two descriptors into `fds`.
-    let r =
-        unsafe { rump_sys_socketpair(AF_LOCAL, SOCK_STREAM | SOCK_NONBLOCK, 0, fds.as_mut_ptr()) };
-    assert_eq!(r, 0, "socketpair: errno {}", errno());
-    (Rfd(fds[0]), Rfd(fds[1]))
+    <Rfd as Fd>::socketpair()
 }
 
 /// Both kinds of descriptor pair: `(name, reader, writer)`.
@@ -106,37 +48,27 @@ fn pairs() -> Vec<(&'static str, Rfd, Rfd)> {
 }
 
 fn write(fd: &Rfd, data: &[u8]) {
-    // SAFETY: `data` is live for the call.
-    let n = unsafe { rump_sys_write(fd.0, data.as_ptr().cast(), data.len()) };
-    assert_eq!(n, data.len() as isize, "write {}: errno {}", fd.0, errno());
+    Fd::write_all(fd, data);
 }
 
 /// Reads what is queued (non-blocking): the bytes, or `None` at end of file.
 fn read(fd: &Rfd) -> Option<Vec<u8>> {
     let mut buf = [0u8; 256];
-    // SAFETY: at most `buf.len()` bytes into `buf`.
-    let n = unsafe { rump_sys_read(fd.0, buf.as_mut_ptr().cast(), buf.len()) };
-    match n {
-        0 => None,
-        n if n > 0 => Some(buf[..n as usize].to_vec()),
-        _ => {
-            assert_eq!(errno(), EAGAIN, "read {}", fd.0);
-            Some(Vec::new())
-        }
+    match Fd::read(fd, &mut buf) {
+        Ok(0) => None,
+        Ok(n) => Some(buf[..n].to_vec()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Vec::new()),
+        Err(e) => panic!("read {fd:?}: {e}"),
     }
 }
 
-/// A poller on the rump kernel's kqueue.
+/// A poller on the rump kernel's kqueue (which boots the kernel).
 fn rump_poller() -> Poller<Kqueue> {
-    boot();
     poller::<Kqueue>()
 }
 
 fn register(p: &Poller<Kqueue>, fd: &Rfd) -> Token {
-    // SAFETY: `fd` is open; the poller only passes the number to the (rump)
-    // kernel, and every test deregisters or drops the poller before closing it
-    // or copes with the close.
-    unsafe { p.register_raw(fd.0) }.expect("register_raw")
+    Fd::register(fd, p).expect("register_raw")
 }
 
 /// One delivery and nothing more: `t`'s event, then an empty short wait.
@@ -376,13 +308,8 @@ fn rearm_of_a_reused_number_registers_the_new_file() {
     write(&w, b"1");
     assert!(expect_only(&p, t).is_readable());
     let (r2, w2) = pipe();
-    // SAFETY: both numbers are this test's own; `r` now names r2's file.
-    assert_eq!(
-        unsafe { rump_sys_dup2(r2.0, r.0) },
-        r.0,
-        "dup2: errno {}",
-        errno()
-    );
+    let mut r = r;
+    r2.dup_onto(&mut r).expect("dup2"); // `r` now names r2's file
     let ((), s) = delta(&p, || {
         p.arm(t, Interest::READABLE).unwrap();
         assert_no_events(&p, 1, Duration::from_millis(50));

@@ -5,7 +5,6 @@
 //! generous deadlines that turn a hang into a failure.
 
 use super::*;
-use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -14,7 +13,7 @@ use std::sync::Arc;
 /// flag and calls `shutdown` once. Every worker must come back well before its
 /// timeout: returns how many of them saw the shutdown in `deliver` (the others saw
 /// the flag first).
-fn stop_trial<B: Backend>(
+fn stop_trial<B: Backend, D: Fd>(
     k: usize,
     done: &mpsc::Sender<(usize, bool)>,
     rx: &mpsc::Receiver<(usize, bool)>,
@@ -65,13 +64,13 @@ fn stop_trial<B: Backend>(
 
 /// Issue 18's scenario, 1000 times: 2, 3 and 4 workers that check a stop flag
 /// before `deliver`; one `shutdown` stops them all, in every trial.
-pub fn api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials<B: Backend>() {
+pub fn api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials<B: Backend, D: Fd>() {
     let (tx, rx) = mpsc::channel();
     let mut saw = 0;
     let mut workers = 0;
     for trial in 0..1000 {
         let k = 2 + trial % 3;
-        saw += stop_trial::<B>(k, &tx, &rx);
+        saw += stop_trial::<B, D>(k, &tx, &rx);
         workers += k;
     }
     eprintln!("1000 trials, {workers} workers: {saw} returned from deliver shut down");
@@ -80,11 +79,10 @@ pub fn api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials<B: Bac
 /// Blocked workers return from `shutdown` with what they had; events already in
 /// the kernel are not lost to a shutdown that comes after them; everything but
 /// `deliver` keeps working.
-pub fn api_shutdown_keeps_arm_and_deregister_working<B: Backend>() {
+pub fn api_shutdown_keeps_arm_and_deregister_working<B: Backend, D: Fd>() {
     let p = Arc::new(poller::<B>());
-    let (mut a, b) = UnixStream::pair().unwrap();
-    b.set_nonblocking(true).unwrap();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     let blocked: Vec<_> = (0..2)
         .map(|_| {
             let p = Arc::clone(&p);
@@ -114,7 +112,7 @@ pub fn api_shutdown_keeps_arm_and_deregister_working<B: Backend>() {
     // A ready registration: deliver still says shut down, without waiting or
     // taking the event; arm and deregister work.
     p.arm(t, pollshot::Interest::READABLE).unwrap();
-    a.write_all(b"x").unwrap();
+    a.write_all(b"x");
     let mut events = Events::with_capacity(8);
     assert_eq!(p.deliver(&mut events, None).unwrap(), 0);
     assert!(events.is_shutdown() && !events.is_notified());
@@ -236,7 +234,7 @@ pub fn api_priority_tcp_urgent_data_wakes_a_priority_waiter<B: Backend>() {
 }
 
 /// `Interest` values with `PRIORITY` print and compare as expected.
-pub fn api_priority_interest_values<B: Backend>() {
+pub fn api_priority_interest_values<B: Backend, D: Fd>() {
     use pollshot::Interest;
     let rp = Interest::READABLE | Interest::PRIORITY;
     assert!(rp.is_readable() && rp.is_priority() && !rp.is_writable());
@@ -248,12 +246,12 @@ pub fn api_priority_interest_values<B: Backend>() {
     assert_eq!(Interest::ALL.len(), 7);
     // A registration armed for priority on a pipe never reports readable.
     let p = poller::<B>();
-    let (r, mut w) = pipe();
-    let t = p.register(&r).unwrap();
+    let (r, w) = D::pipe();
+    let t = r.register(&p).unwrap();
     match p.arm(t, Interest::PRIORITY) {
         Err(e) => assert_eq!(e.kind(), io::ErrorKind::Unsupported),
         Ok(()) => {
-            w.write_all(b"x").unwrap();
+            w.write_all(b"x");
             assert_no_events(&p, 8, Duration::from_millis(20));
         }
     }
@@ -302,7 +300,10 @@ pub fn api_key_rides_on_events_and_set_key_changes_it<B: Backend>() {
 /// once, with another key, armed and ready. Every event's key is the key of the
 /// registration its token names (never the other one's), the old registration
 /// yields at most one event, the new one exactly one.
-pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_thread<B: Backend>() {
+pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_thread<
+    B: Backend,
+    D: Fd,
+>() {
     use pollshot::Interest;
     use std::collections::HashMap;
     use std::sync::Mutex;
@@ -334,29 +335,28 @@ pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_threa
     };
     let mut old_seen = 0;
     for trial in 0..TRIALS {
-        let (mut a1, b1) = UnixStream::pair().unwrap();
-        b1.set_nonblocking(true).unwrap();
-        let number = b1.as_raw_fd();
+        let (a1, b1) = D::socketpair();
+        let number = b1.raw();
         let k1 = 2 * trial + 1;
-        let t1 = p.register_with(&b1, k1).unwrap();
+        let t1 = b1.register_with(&p, k1).unwrap();
         keys.lock().unwrap().insert(t1, k1);
         p.arm(t1, Interest::READABLE).unwrap();
-        a1.write_all(b"1").unwrap();
+        a1.write_all(b"1");
         // Another thread: deregister, close, reuse the number, register again.
         let (p2, keys2) = (Arc::clone(&p), Arc::clone(&keys));
         let (t2, k2, _a2, b2) = std::thread::spawn(move || {
-            let (mut a2, b2) = UnixStream::pair().unwrap();
-            b2.set_nonblocking(true).unwrap();
+            let (a2, b2) = D::socketpair();
             p2.deregister(t1).unwrap();
             // The new socket takes the old number (dup2 closes the old one).
-            let b2 = dup_onto(&b2, number);
-            // dup2 closed the old descriptor: its owner must not close the number.
-            let _ = b1.into_raw_fd();
+            let mut b1 = b1;
+            b2.dup_onto(&mut b1);
+            let b2 = b1;
+            assert_eq!(b2.raw(), number);
             let k2 = 2 * trial + 2;
-            let t2 = p2.register_with(&b2, k2).unwrap();
+            let t2 = b2.register_with(&p2, k2).unwrap();
             keys2.lock().unwrap().insert(t2, k2);
             p2.arm(t2, Interest::READABLE).unwrap();
-            a2.write_all(b"2").unwrap();
+            a2.write_all(b"2");
             (t2, k2, a2, b2)
         })
         .join()
@@ -391,18 +391,4 @@ pub fn api_key_never_stale_across_deregister_and_reregistration_by_another_threa
     stop.store(true, Ordering::SeqCst);
     deliverer.join().unwrap();
     eprintln!("{TRIALS} trials: the old registration's event was delivered (before its deregistration) in {old_seen}");
-}
-
-/// `fd` duplicated onto descriptor number `number` (dup2(2), close-on-exec).
-fn dup_onto(fd: &impl AsFd, number: RawFd) -> OwnedFd {
-    // SAFETY: dup2(2) of an open descriptor onto a number this test owns (the
-    // caller's old descriptor there is closed by it and never used again). dup2,
-    // not dup3: macOS has no dup3.
-    let r = unsafe { libc::dup2(fd.as_fd().as_raw_fd(), number) };
-    assert_eq!(r, number, "dup2: {}", io::Error::last_os_error());
-    // SAFETY: fcntl(2) F_SETFD on the descriptor just made.
-    let rc = unsafe { libc::fcntl(number, libc::F_SETFD, libc::FD_CLOEXEC) };
-    assert_eq!(rc, 0, "fcntl(F_SETFD): {}", io::Error::last_os_error());
-    // SAFETY: `number` is now an open descriptor owned by nobody else.
-    unsafe { OwnedFd::from_raw_fd(number) }
 }

@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex};
 ///
 /// What `make_ready` returns is kept alive until the end (a connecting client).
 fn model<B: Backend, G>(
-    fd: impl AsFd,
+    register: impl FnOnce(&Poller<B>) -> io::Result<Token>,
     interest: Interest,
     always_ready: bool,
     make_ready: impl FnOnce() -> G,
     check: impl Fn(&Event),
 ) -> G {
     let p = poller::<B>();
-    let t = p.register(&fd).unwrap();
+    let t = register(&p).unwrap();
     p.arm(t, interest).unwrap();
     if !always_ready {
         assert_no_events(&p, 2, Duration::from_millis(10));
@@ -90,41 +90,41 @@ fn both(ev: &Event) {
 }
 
 /// A Unix stream socketpair, readable.
-pub fn kind_socketpair<B: Backend>() {
-    let (mut a, mut b) = socketpair();
+pub fn kind_socketpair<B: Backend, D: Fd>() {
+    let (a, b) = D::socketpair();
     model::<B, _>(
-        &b,
+        |p| b.register(p),
         Interest::READABLE,
         false,
-        || a.write_all(b"x").unwrap(),
+        || a.write_all(b"x"),
         readable,
     );
     // Nothing was drained by the poller.
-    assert_eq!(drain(&mut b), 1);
+    assert_eq!(b.drain(), 1);
 }
 
 /// A pipe's read end, readable.
-pub fn kind_pipe_read<B: Backend>() {
-    let (mut r, mut w) = pipe();
+pub fn kind_pipe_read<B: Backend, D: Fd>() {
+    let (r, w) = D::pipe();
     model::<B, _>(
-        &r,
+        |p| r.register(p),
         Interest::READABLE,
         false,
-        || w.write_all(b"x").unwrap(),
+        || w.write_all(b"x"),
         readable,
     );
-    assert_eq!(drain(&mut r), 1);
+    assert_eq!(r.drain(), 1);
 }
 
 /// A pipe's write end, writable once the reader makes room.
-pub fn kind_pipe_write<B: Backend>() {
-    let (mut r, mut w) = pipe();
-    assert!(fill(&mut w) > 0);
+pub fn kind_pipe_write<B: Backend, D: Fd>() {
+    let (r, w) = D::pipe();
+    assert!(w.fill() > 0);
     model::<B, _>(
-        &w,
+        |p| w.register(p),
         Interest::WRITABLE,
         false,
-        || assert!(drain(&mut r) > 0),
+        || assert!(r.drain() > 0),
         writable,
     );
 }
@@ -134,7 +134,7 @@ pub fn kind_fifo<B: Backend>() {
     let dir = tempfile::tempdir().unwrap();
     let (mut r, mut w) = fifo(dir.path());
     model::<B, _>(
-        &r,
+        |p| p.register(&r),
         Interest::READABLE,
         false,
         || w.write_all(b"x").unwrap(),
@@ -148,7 +148,7 @@ pub fn kind_tcp_listener<B: Backend>() {
     let l = tcp_listener();
     let addr = l.local_addr().unwrap();
     let client = model::<B, _>(
-        &l,
+        |p| p.register(&l),
         Interest::READABLE,
         false,
         || TcpStream::connect(addr).unwrap(),
@@ -164,7 +164,7 @@ pub fn kind_tcp_listener<B: Backend>() {
 pub fn kind_tcp_stream<B: Backend>() {
     let (mut client, mut server) = tcp_pair();
     model::<B, _>(
-        &server,
+        |p| p.register(&server),
         Interest::READABLE,
         false,
         || client.write_all(b"x").unwrap(),
@@ -179,7 +179,7 @@ pub fn kind_eventfd<B: Backend>() {
     let mut efd = eventfd();
     let mut w = efd.try_clone().unwrap();
     model::<B, _>(
-        &efd,
+        |p| p.register(&efd),
         Interest::READABLE,
         false,
         || w.write_all(&3u64.to_ne_bytes()).unwrap(),
@@ -194,13 +194,13 @@ pub fn kind_eventfd<B: Backend>() {
 /// reports it ready), one delivery per arming.
 pub fn kind_regular_file<B: Backend>() {
     let f = regular_file();
-    model::<B, _>(&f, Interest::BOTH, true, || (), both);
+    model::<B, _>(|p| p.register(&f), Interest::BOTH, true, || (), both);
 }
 
 /// `/dev/null`: always ready both ways, like a regular file.
 pub fn kind_dev_null<B: Backend>() {
     let f = dev_null();
-    model::<B, _>(&f, Interest::BOTH, true, || (), both);
+    model::<B, _>(|p| p.register(&f), Interest::BOTH, true, || (), both);
 }
 
 // ---------------------------------------------------------------------------
@@ -210,10 +210,10 @@ pub fn kind_dev_null<B: Backend>() {
 
 /// `register` costs nothing; the first arm is one add.
 #[cfg(feature = "stats")]
-pub fn stats_register_is_free_first_arm_is_one_add<B: Backend>() {
+pub fn stats_register_is_free_first_arm_is_one_add<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let (t, s) = delta(&p, || p.register(&b).unwrap());
+    let (_a, b) = D::socketpair();
+    let (t, s) = delta(&p, || b.register(&p).unwrap());
     assert_eq!(s, Stats::default(), "register made a system call: {s:?}");
     let ((), s) = delta(&p, || p.arm(t, Interest::READABLE).unwrap());
     assert_eq!(
@@ -228,18 +228,18 @@ pub fn stats_register_is_free_first_arm_is_one_add<B: Backend>() {
 /// After the first arm, each wait cycle (arm, deliver, read) is exactly one modify
 /// and no delete, no waker traffic, no stale event: 100 round trips, totals exact.
 #[cfg(feature = "stats")]
-pub fn stats_100_round_trips_cost_one_modify_each<B: Backend>() {
+pub fn stats_100_round_trips_cost_one_modify_each<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut a, mut b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let mut buf = [0u8; 64];
     let ((), s) = delta(&p, || {
         for i in 0..100u32 {
-            a.write_all(&[i as u8; 64]).unwrap();
+            a.write_all(&[i as u8; 64]);
             let ev = expect_one(&p, t);
             assert!(ev.is_readable());
-            assert_eq!(b.read(&mut buf).unwrap(), 64);
+            assert_eq!(b.read_some(&mut buf), 64);
             p.arm(t, Interest::READABLE).unwrap();
         }
     });
@@ -268,10 +268,10 @@ pub fn stats_100_round_trips_cost_one_modify_each<B: Backend>() {
 /// Arming an armed registration for the same interest issues nothing; for another
 /// interest, one modify.
 #[cfg(feature = "stats")]
-pub fn stats_arm_of_armed_is_free<B: Backend>() {
+pub fn stats_arm_of_armed_is_free<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (_a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let ((), s) = delta(&p, || {
         for _ in 0..10 {
@@ -297,10 +297,10 @@ pub fn stats_arm_of_armed_is_free<B: Backend>() {
 /// Disarming an armed registration is one quiet; disarming an idle or fresh one is
 /// free.
 #[cfg(feature = "stats")]
-pub fn stats_disarm_is_one_quiet_and_idle_disarm_is_free<B: Backend>() {
+pub fn stats_disarm_is_one_quiet_and_idle_disarm_is_free<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (_a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     let ((), s) = delta(&p, || p.disarm(t).unwrap());
     assert_eq!(s, Stats::default(), "disarm of a fresh registration: {s:?}");
     p.arm(t, Interest::READABLE).unwrap();
@@ -326,16 +326,16 @@ pub fn stats_disarm_is_one_quiet_and_idle_disarm_is_free<B: Backend>() {
 /// A deliver that was not notified reads nothing from the waker; one notify is one
 /// wake and one drain.
 #[cfg(feature = "stats")]
-pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
+pub fn stats_deliver_without_notify_reads_no_waker<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let (got, s) = delta(&p, || deliver_n(&p, 3, Duration::from_millis(2)));
     assert!(got.is_empty());
     assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
     assert!(s.waits >= 3, "{s:?}");
-    a.write_all(b"x").unwrap();
+    a.write_all(b"x");
     let (_, s) = delta(&p, || expect_one(&p, t));
     assert_eq!((s.wakes, s.wake_reads), (0, 0), "{s:?}");
     let (n, s) = delta(&p, || {
@@ -364,14 +364,14 @@ pub fn stats_deliver_without_notify_reads_no_waker<B: Backend>() {
 /// Deregistering a registration the kernel holds is one delete (armed or idle);
 /// one that was never armed costs nothing.
 #[cfg(feature = "stats")]
-pub fn stats_deregister_is_one_delete_only_when_in_kernel<B: Backend>() {
+pub fn stats_deregister_is_one_delete_only_when_in_kernel<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let (_c, d) = socketpair();
-    let (_e, f) = socketpair();
-    let armed = p.register(&b).unwrap();
-    let idle = p.register(&d).unwrap();
-    let fresh = p.register(&f).unwrap();
+    let (_a, b) = D::socketpair();
+    let (_c, d) = D::socketpair();
+    let (_e, f) = D::socketpair();
+    let armed = b.register(&p).unwrap();
+    let idle = d.register(&p).unwrap();
+    let fresh = f.register(&p).unwrap();
     p.arm(armed, Interest::READABLE).unwrap();
     p.arm(idle, Interest::WRITABLE).unwrap();
     expect_one(&p, idle);
@@ -392,10 +392,10 @@ pub fn stats_deregister_is_one_delete_only_when_in_kernel<B: Backend>() {
 /// A socket armed then disarmed whose peer then closes: 100 delivers with a 1 ms
 /// timeout return nothing (the quieted registration may fire once in the kernel, and
 /// is dropped as stale), and the next arm reports the hang-up once.
-pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
+pub fn hangup_while_disarmed_does_not_spin<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (a, mut b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     p.disarm(t).unwrap();
     drop(a);
@@ -428,7 +428,7 @@ pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
         assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
         assert_no_events(&p, 5, Duration::from_millis(1));
     }
-    assert_eq!(drain(&mut b), 0, "EOF");
+    assert_eq!(b.drain(), 0, "EOF");
     p.deregister(t).unwrap();
 }
 
@@ -437,13 +437,13 @@ pub fn hangup_while_disarmed_does_not_spin<B: Backend>() {
 /// the next one, and re-arms. Asserts: no two threads hold one pair at once, every
 /// delivery finds its byte (a second delivery for one arming would find none), each
 /// pair gets exactly its share, and none is lost (all 10,000 arrive).
-pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
+pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend, D: Fd>() {
     const PAIRS: usize = 64;
     const THREADS: usize = 4;
     const TOTAL: usize = 10_000;
-    struct Pair {
-        a: UnixStream,
-        b: UnixStream,
+    struct Pair<D> {
+        a: D,
+        b: D,
         busy: AtomicBool,
         delivered: AtomicUsize,
         quota: usize,
@@ -452,9 +452,9 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
     let mut pairs = Vec::new();
     let mut by_token = HashMap::new();
     for i in 0..PAIRS {
-        let (a, b) = socketpair();
+        let (a, b) = D::socketpair();
         let quota = TOTAL / PAIRS + usize::from(i < TOTAL % PAIRS);
-        let t = p.register(&b).unwrap();
+        let t = b.register(&p).unwrap();
         by_token.insert(t, i);
         pairs.push((
             t,
@@ -468,13 +468,13 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
         ));
     }
     let tokens: Vec<Token> = pairs.iter().map(|(t, _)| *t).collect();
-    let pairs: Arc<Vec<Pair>> = Arc::new(pairs.into_iter().map(|(_, pair)| pair).collect());
+    let pairs: Arc<Vec<Pair<D>>> = Arc::new(pairs.into_iter().map(|(_, pair)| pair).collect());
     assert_eq!(pairs.iter().map(|x| x.quota).sum::<usize>(), TOTAL);
     let by_token = Arc::new(by_token);
     let done = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
     for (i, pair) in pairs.iter().enumerate() {
-        (&pair.a).write_all(&[1]).unwrap();
+        pair.a.write_all(&[1]);
         p.arm(tokens[i], Interest::READABLE).unwrap();
     }
     let workers: Vec<_> = (0..THREADS)
@@ -496,7 +496,7 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
                             continue;
                         }
                         let mut byte = [0u8; 2];
-                        match (&pair.b).read(&mut byte) {
+                        match pair.b.read(&mut byte) {
                             Ok(1) => {}
                             other => failures
                                 .lock()
@@ -507,7 +507,7 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
                         done.fetch_add(1, Ordering::AcqRel);
                         let more = n < pair.quota;
                         if more {
-                            (&pair.a).write_all(&[1]).unwrap();
+                            pair.a.write_all(&[1]);
                         }
                         pair.busy.store(false, Ordering::Release);
                         if more {
@@ -541,7 +541,7 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
             pair.quota,
             "pair {i}"
         );
-        assert!(would_block(&pair.b), "pair {i}: a byte left undelivered");
+        assert!(pair.b.would_block(), "pair {i}: a byte left undelivered");
     }
     // Every pair ran out of quota disarmed: nothing more comes.
     assert_no_events(&p, 2, Duration::from_millis(5));
@@ -549,8 +549,8 @@ pub fn threads_4_deliver_64_pairs_10000_events_exactly_once<B: Backend>() {
 
 /// `notify` from another thread wakes a `deliver(None)` blocked with nothing
 /// registered.
-pub fn notify_wakes_blocked_deliver<B: Backend>() {
-    let (p, _pair) = super::cases::notified_wait::<B>(None);
+pub fn notify_wakes_blocked_deliver<B: Backend, D: Fd>() {
+    let (p, _pair) = super::cases::notified_wait::<B, D>(None);
     // The notify was consumed: the registration is still armed and quiet.
     assert_no_events(&p, 2, Duration::from_millis(5));
 }
@@ -558,7 +558,7 @@ pub fn notify_wakes_blocked_deliver<B: Backend>() {
 /// 1,000 notifies from 4 threads while one thread loops in `deliver(None)`: the
 /// last notify always ends the loop (none is lost), and they coalesce (each
 /// waker write covers at least one notify).
-pub fn notify_1000_from_4_threads_never_lost<B: Backend>() {
+pub fn notify_1000_from_4_threads_never_lost<B: Backend, D: Fd>() {
     const THREADS: usize = 4;
     const EACH: usize = 250;
     let p = Arc::new(poller::<B>());
@@ -619,7 +619,7 @@ pub fn notify_1000_from_4_threads_never_lost<B: Backend>() {
 
 /// Notifies made before a `deliver` coalesce into one wake-up: the next deliver
 /// returns at once, the one after waits its whole timeout.
-pub fn notify_coalesces<B: Backend>() {
+pub fn notify_coalesces<B: Backend, D: Fd>() {
     let p = poller::<B>();
     let mut events = Events::with_capacity(8);
     #[cfg(feature = "stats")]
@@ -656,7 +656,7 @@ pub fn notify_coalesces<B: Backend>() {
 // Bad input: a clear io::Error, never a panic or a hang.
 
 /// A negative descriptor number is `InvalidInput`.
-pub fn bad_negative_fd<B: Backend>() {
+pub fn bad_negative_fd<B: Backend, D: Fd>() {
     let p = poller::<B>();
     for fd in [-1, -2, i32::MIN] {
         // SAFETY: a negative number is rejected before it reaches the kernel.
@@ -718,13 +718,13 @@ pub fn descriptor_numbers_up_to_the_token_limit<B: Backend>() {
 /// Arming a registration whose descriptor was closed (never armed) fails with the
 /// kernel's EBADF (`raw_os_error`), and leaves the registration as it was: once the
 /// number names a descriptor again, arming works.
-pub fn bad_closed_fd<B: Backend>() {
-    const MIN_FD: RawFd = 3000; // this test's own range, see `high_dup`
+pub fn bad_closed_fd<B: Backend, D: Fd>() {
+    let min_fd = D::HIGH; // this test's own range, see `Fd::HIGH`
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let fd = high_dup(&b, MIN_FD);
-    let n = fd.as_raw_fd();
-    let t = p.register(&fd).unwrap();
+    let (_a, b) = D::socketpair();
+    let fd = b.dup_at_least(min_fd);
+    let n = fd.raw();
+    let t = fd.register(&p).unwrap();
     drop(fd);
     for interest in Interest::ALL {
         let refused = interest.is_priority()
@@ -740,11 +740,11 @@ pub fn bad_closed_fd<B: Backend>() {
     assert_eq!(p.len(), 1, "the registration stays");
     p.disarm(t).unwrap(); // never armed: nothing to do
                           // The number names a socket again: the registration works.
-    let (mut c, d) = socketpair();
-    let again = high_dup(&d, n);
-    assert_eq!(again.as_raw_fd(), n, "the number was free");
+    let (c, d) = D::socketpair();
+    let again = d.dup_at_least(n);
+    assert_eq!(again.raw(), n, "the number was free");
     p.arm(t, Interest::READABLE).unwrap();
-    c.write_all(b"x").unwrap();
+    c.write_all(b"x");
     assert!(expect_one(&p, t).is_readable());
     p.deregister(t).unwrap();
 }
@@ -802,12 +802,12 @@ pub fn errno_reused_by_dev_null_is_always_ready_not_an_error<B: Backend>() {
 
 /// A deregistered token: arm, disarm and deregister are `NotFound`; so is a second
 /// deregister, and the poller keeps working for other registrations.
-pub fn bad_deregistered_token<B: Backend>() {
+pub fn bad_deregistered_token<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let (_c, d) = socketpair();
-    let armed = p.register(&b).unwrap();
-    let fresh = p.register(&d).unwrap();
+    let (_a, b) = D::socketpair();
+    let (_c, d) = D::socketpair();
+    let armed = b.register(&p).unwrap();
+    let fresh = d.register(&p).unwrap();
     p.arm(armed, Interest::READABLE).unwrap();
     p.deregister(armed).unwrap();
     p.deregister(fresh).unwrap();
@@ -822,7 +822,7 @@ pub fn bad_deregistered_token<B: Backend>() {
     }
     assert!(p.is_empty());
     // A new registration (likely in a freed slot) is unaffected.
-    let t = p.register(&b).unwrap();
+    let t = b.register(&p).unwrap();
     assert!(t != armed && t != fresh);
     p.arm(t, Interest::WRITABLE).unwrap();
     assert!(expect_one(&p, t).is_writable());
@@ -830,10 +830,10 @@ pub fn bad_deregistered_token<B: Backend>() {
 
 /// Tokens that were never handed out: `NotFound` everywhere, live registrations
 /// untouched.
-pub fn bad_garbage_token<B: Backend>() {
+pub fn bad_garbage_token<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let live = p.register(&b).unwrap();
+    let (_a, b) = D::socketpair();
+    let live = b.register(&p).unwrap();
     let garbage = [
         Token::from_u64(u64::MAX),
         Token::from_u64(live.to_u64() ^ (1 << 32)), // the live slot, another incarnation
@@ -856,7 +856,7 @@ pub fn bad_garbage_token<B: Backend>() {
 }
 
 /// `Poller<B>` can be shared between threads (compile-time).
-pub fn poller_is_send_sync<B: Backend>() {
+pub fn poller_is_send_sync<B: Backend, D: Fd>() {
     fn assert_send_sync<T: Send + Sync>() {}
     fn assert_send<T: Send>() {}
     assert_send_sync::<Poller<B>>();
@@ -872,14 +872,14 @@ pub fn poller_is_send_sync<B: Backend>() {
 /// delivery without draining: every one of them is delivered within 40 delivers.
 /// (The poll(2) backend scanned its set in one fixed order, so the first ready
 /// registration in that order took every delivery and the others starved.)
-pub fn capacity_1_never_starves_a_ready_registration<B: Backend>() {
+pub fn capacity_1_never_starves_a_ready_registration<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let pipes: Vec<(File, File)> = (0..4).map(|_| pipe()).collect();
+    let pipes: Vec<(D, D)> = (0..4).map(|_| D::pipe()).collect();
     let tokens: Vec<Token> = pipes
         .iter()
         .map(|(r, w)| {
-            (&*w).write_all(b"x").unwrap();
-            let t = p.register(r).unwrap();
+            w.write_all(b"x");
+            let t = r.register(&p).unwrap();
             p.arm(t, Interest::READABLE).unwrap();
             t
         })
@@ -908,11 +908,11 @@ pub fn capacity_1_never_starves_a_ready_registration<B: Backend>() {
 /// blocked thread, which went back to sleep polling its old set, without the pipe:
 /// the event was never delivered.) Repeated, since it is a race; a lost event is
 /// reported after [`LOST_AFTER`].
-pub fn arm_reaches_a_waiter_when_another_deliver_takes_the_wake<B: Backend>() {
+pub fn arm_reaches_a_waiter_when_another_deliver_takes_the_wake<B: Backend, D: Fd>() {
     for round in 0..30 {
         let p = Arc::new(poller::<B>());
-        let (r, mut w) = pipe();
-        let t = p.register(&r).unwrap();
+        let (r, w) = D::pipe();
+        let t = r.register(&p).unwrap();
         let done = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = {
@@ -936,7 +936,7 @@ pub fn arm_reaches_a_waiter_when_another_deliver_takes_the_wake<B: Backend>() {
                 .unwrap(),
             0
         );
-        w.write_all(b"x").unwrap();
+        w.write_all(b"x");
         let got = rx.recv_timeout(LOST_AFTER);
         done.store(true, Ordering::Release);
         p.notify().unwrap();
@@ -1023,13 +1023,13 @@ pub fn synthetic_events_do_not_starve_kernel_events<B: Backend>() {
 /// this one. (Each poller counted incarnations from 0, so the first registration
 /// of every poller had the same token, and one poller's token armed, disarmed or
 /// deregistered another's registration.)
-pub fn bad_token_from_another_poller<B: Backend>() {
+pub fn bad_token_from_another_poller<B: Backend, D: Fd>() {
     let p1 = poller::<B>();
     let p2 = poller::<B>();
-    let (_a, b) = socketpair();
-    let (_c, d) = socketpair();
-    let t1 = p1.register(&b).unwrap();
-    let t2 = p2.register(&d).unwrap();
+    let (_a, b) = D::socketpair();
+    let (_c, d) = D::socketpair();
+    let t1 = b.register(&p1).unwrap();
+    let t2 = d.register(&p2).unwrap();
     assert_ne!(t1, t2, "two pollers handed out the same token");
     assert_eq!(
         err_kind(p2.arm(t1, Interest::WRITABLE)),
@@ -1046,7 +1046,7 @@ pub fn bad_token_from_another_poller<B: Backend>() {
 /// `Events::MAX_CAPACITY`, and the buffer works. (It reserved the whole capacity
 /// up front: the process aborted on the failed allocation.) `1 << (BITS - 4)` is
 /// 2^60 on 64-bit targets and 2^28 on 32-bit ones: past any allocation on both.
-pub fn events_huge_capacity_is_clamped<B: Backend>() {
+pub fn events_huge_capacity_is_clamped<B: Backend, D: Fd>() {
     for cap in [usize::MAX, 1 << (usize::BITS - 4), Events::MAX_CAPACITY + 1] {
         assert_eq!(Events::with_capacity(cap).capacity(), Events::MAX_CAPACITY);
     }
@@ -1055,8 +1055,8 @@ pub fn events_huge_capacity_is_clamped<B: Backend>() {
         Events::MAX_CAPACITY
     );
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (_a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::WRITABLE).unwrap();
     let mut events = Events::with_capacity(usize::MAX);
     assert_eq!(p.deliver(&mut events, Some(LOST_AFTER)).unwrap(), 1);
@@ -1065,7 +1065,7 @@ pub fn events_huge_capacity_is_clamped<B: Backend>() {
 
 /// The poller's own descriptors (kernel instance, waker) cannot be registered:
 /// a registration would steal the waker's readiness and break `notify`.
-pub fn bad_register_own_descriptor<B: Backend>() {
+pub fn bad_register_own_descriptor<B: Backend, D: Fd>() {
     let p = poller::<B>();
     let mut refused = 0;
     for fd in 0..64 {

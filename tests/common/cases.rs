@@ -18,25 +18,24 @@ use std::sync::{Arc, Mutex};
 /// deregistered, closed, and its number reused by a new registration. The event
 /// fetched for B never names the new registration, and the new one sees only its
 /// own readiness.
-pub fn case_p01_fetched_event_never_names_new_registration<B: Backend>() {
+pub fn case_p01_fetched_event_never_names_new_registration<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut a0, a1) = socketpair();
-    let (mut b0, b1) = socketpair();
-    let mut b1 = OwnedFd::from(b1);
-    let ta = p.register(&a1).unwrap();
-    let tb = p.register(&b1).unwrap();
+    let (a0, a1) = D::socketpair();
+    let (b0, mut b1) = D::socketpair();
+    let ta = a1.register(&p).unwrap();
+    let tb = b1.register(&p).unwrap();
     p.arm(ta, Interest::READABLE).unwrap();
     p.arm(tb, Interest::READABLE).unwrap();
-    a0.write_all(b"a").unwrap();
-    b0.write_all(b"b").unwrap();
+    a0.write_all(b"a");
+    b0.write_all(b"b");
     let fetched = expect_events(&p, &[ta, tb]);
     let event_b = fetched[1];
     // Handling A: deregister B, close it and reuse its number for a new socket.
     p.deregister(tb).unwrap();
-    let (mut c0, c1) = socketpair();
-    reuse_number(&c1, &mut b1);
+    let (c0, c1) = D::socketpair();
+    c1.dup_onto(&mut b1);
     drop(c1);
-    let tn = p.register(&b1).unwrap();
+    let tn = b1.register(&p).unwrap();
     p.arm(tn, Interest::READABLE).unwrap();
     assert_ne!(
         tn, tb,
@@ -55,13 +54,13 @@ pub fn case_p01_fetched_event_never_names_new_registration<B: Backend>() {
     );
     assert_eq!(err_kind(p.disarm(event_b.token())), io::ErrorKind::NotFound);
     // The new registration sees only its own readiness: nothing yet, then its own.
-    let _ = b0.write_all(b"to the old socket"); // EPIPE: its peer is gone
+    let _ = b0.write(b"to the old socket"); // EPIPE: its peer is gone
     assert_no_events(&p, 5, Duration::from_millis(2));
-    c0.write_all(b"c").unwrap();
+    c0.write_all(b"c");
     let ev = expect_one(&p, tn);
     assert!(ev.is_readable());
     let mut buf = [0u8; 8];
-    assert_eq!((&b1).read_fd(&mut buf), 1);
+    assert_eq!(b1.read_some(&mut buf), 1);
     assert_eq!(buf[0], b'c');
     drop(a1);
 }
@@ -71,17 +70,17 @@ pub fn case_p01_fetched_event_never_names_new_registration<B: Backend>() {
 /// registered (superseding the old registration). Writing to the old pipe wakes
 /// nothing: 100 delivers with 1 ms timeouts return no event, and the orphaned kernel
 /// entry fires at most once.
-pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend>() {
+pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (r_old, mut w_old) = pipe();
-    let mut n = OwnedFd::from(r_old);
-    let t_old = p.register(&n).unwrap();
+    let (r_old, w_old) = D::pipe();
+    let mut n = r_old;
+    let t_old = n.register(&p).unwrap();
     p.arm(t_old, Interest::READABLE).unwrap();
-    let elsewhere = rustix::io::dup(&n).unwrap();
-    let (r_new, mut w_new) = pipe();
-    reuse_number(&r_new, &mut n);
+    let elsewhere = n.dup();
+    let (r_new, w_new) = D::pipe();
+    r_new.dup_onto(&mut n);
     drop(r_new);
-    let t_new = p.register(&n).unwrap();
+    let t_new = n.register(&p).unwrap();
     assert_ne!(t_new, t_old);
     assert_eq!(
         err_kind(p.arm(t_old, Interest::READABLE)),
@@ -92,7 +91,7 @@ pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend>() {
     if on_libkqueue::<B>() {
         // The old pipe must not become ready now that its knote is deleted
         // (`on_libkqueue`): the new registration works.
-        w_new.write_all(b"new").unwrap();
+        w_new.write_all(b"new");
         assert!(expect_one(&p, t_new).is_readable());
         drop(elsewhere);
         return;
@@ -100,7 +99,7 @@ pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend>() {
     #[cfg(feature = "stats")]
     let before = p.stats();
     for _ in 0..3 {
-        w_old.write_all(b"old").unwrap();
+        w_old.write_all(b"old");
     }
     let got = deliver_n(&p, 100, Duration::from_millis(1));
     assert!(got.is_empty(), "the old pipe woke a registration: {got:?}");
@@ -117,7 +116,7 @@ pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend>() {
             assert_eq!(s.stale, 1, "{s:?}");
         }
     }
-    w_new.write_all(b"new").unwrap();
+    w_new.write_all(b"new");
     assert!(expect_one(&p, t_new).is_readable());
     assert_no_events(&p, 3, Duration::from_millis(1));
     drop(elsewhere);
@@ -127,25 +126,25 @@ pub fn case_p02_orphaned_pipe_does_not_wake_new_registration<B: Backend>() {
 /// D made readable again and again. No live registration gets an event for it, the
 /// orphan's own registration at most one (its one arming), deregistering the closed
 /// S is Ok, and nothing spins.
-pub fn case_p03_dup_outlives_close_no_spin<B: Backend>() {
+pub fn case_p03_dup_outlives_close_no_spin<B: Backend, D: Fd>() {
     // S's own number, which no socket made meanwhile (here or in a test running
     // in parallel) takes, so `ts` is never superseded.
-    const MIN_FD: RawFd = 3300; // this test's own range, see `high_dup`
+    let min_fd = D::HIGH + 300; // this test's own range, see `Fd::HIGH`
     let p = poller::<B>();
-    let (mut peer, s) = socketpair();
-    let s = high_dup(&s, MIN_FD);
-    let ts = p.register(&s).unwrap();
+    let (peer, s) = D::socketpair();
+    let s = s.dup_at_least(min_fd);
+    let ts = s.register(&p).unwrap();
     p.arm(ts, Interest::READABLE).unwrap();
-    let d = rustix::io::dup(&s).unwrap();
+    let d = s.dup();
     drop(s);
-    let (mut xa, xb) = socketpair();
-    let tx = p.register(&xb).unwrap();
+    let (xa, xb) = D::socketpair();
+    let tx = xb.register(&p).unwrap();
     p.arm(tx, Interest::READABLE).unwrap();
     if on_libkqueue::<B>() {
         // The orphan must not become ready (`on_libkqueue`: its knote's report
         // would disable it through the closed number, and libkqueue frees its
         // state then): the other registration works, the deregistration is Ok.
-        xa.write_all(b"x").unwrap();
+        xa.write_all(b"x");
         assert!(expect_one(&p, tx).is_readable());
         p.deregister(ts)
             .expect("deregistering a closed descriptor is Ok");
@@ -156,7 +155,7 @@ pub fn case_p03_dup_outlives_close_no_spin<B: Backend>() {
     let before = p.stats();
     let mut got = Vec::new();
     for _ in 0..10 {
-        peer.write_all(b"d").unwrap();
+        peer.write_all(b"d");
         got.extend(deliver_n(&p, 10, Duration::from_millis(1)));
     }
     assert!(
@@ -170,7 +169,7 @@ pub fn case_p03_dup_outlives_close_no_spin<B: Backend>() {
     p.deregister(ts)
         .expect("deregistering a closed descriptor is Ok");
     for _ in 0..10 {
-        peer.write_all(b"d").unwrap();
+        peer.write_all(b"d");
     }
     assert_no_events(&p, 20, Duration::from_millis(1));
     #[cfg(feature = "stats")]
@@ -178,7 +177,7 @@ pub fn case_p03_dup_outlives_close_no_spin<B: Backend>() {
         let s = p.stats().since(&before);
         assert!(s.stale <= 1, "{s:?}");
     }
-    xa.write_all(b"x").unwrap();
+    xa.write_all(b"x");
     assert!(expect_one(&p, tx).is_readable());
     drop(d);
 }
@@ -188,13 +187,13 @@ pub fn case_p03_dup_outlives_close_no_spin<B: Backend>() {
 /// again gets X's number: registering and arming it succeed (epoll: ADD answers
 /// EEXIST and becomes MOD with a new generation), its readiness is delivered once,
 /// and the old tag never.
-pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend>() {
-    const MIN_FD: RawFd = 3100; // this test's own range, see `high_dup`
+pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend, D: Fd>() {
+    let min_fd = D::HIGH + 100; // this test's own range, see `Fd::HIGH`
     let p = poller::<B>();
-    let (a, mut peer) = socketpair();
-    let x = high_dup(&a, MIN_FD);
-    let n = x.as_raw_fd();
-    let t_old = p.register(&x).unwrap();
+    let (a, peer) = D::socketpair();
+    let x = a.dup_at_least(min_fd);
+    let n = x.raw();
+    let t_old = x.register(&p).unwrap();
     p.arm(t_old, Interest::READABLE).unwrap();
     drop(x);
     p.deregister(t_old)
@@ -204,11 +203,11 @@ pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend>() {
         // deleted: it must not become ready (`on_libkqueue`).
         return;
     }
-    peer.write_all(b"p").unwrap(); // the old entry may fire: stale
+    peer.write_all(b"p"); // the old entry may fire: stale
     assert_no_events(&p, 5, Duration::from_millis(2));
-    let x = high_dup(&a, n);
-    assert_eq!(x.as_raw_fd(), n, "the number was free");
-    let t_new = p.register(&x).unwrap();
+    let x = a.dup_at_least(n);
+    assert_eq!(x.raw(), n, "the number was free");
+    let t_new = x.register(&p).unwrap();
     assert_ne!(t_new, t_old);
     #[cfg(feature = "stats")]
     let before = p.stats();
@@ -234,14 +233,14 @@ pub fn case_p04_dup_outlives_close_exists_becomes_modify<B: Backend>() {
 /// P04, registering a number that is already registered (here the same
 /// description again): the new registration supersedes the old one, whose token
 /// is `NotFound` from then on; the new one is delivered once, the old never.
-pub fn case_p04_same_number_registered_twice_supersedes<B: Backend>() {
+pub fn case_p04_same_number_registered_twice_supersedes<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (a, mut peer) = socketpair();
-    let mut x = rustix::io::dup(&a).unwrap();
-    let t_old = p.register(&x).unwrap();
+    let (a, peer) = D::socketpair();
+    let mut x = a.dup();
+    let t_old = x.register(&p).unwrap();
     p.arm(t_old, Interest::READABLE).unwrap();
-    reuse_number(&a, &mut x); // close X and dup A onto its number at once
-    let t_new = p.register(&x).unwrap();
+    a.dup_onto(&mut x); // close X and dup A onto its number at once
+    let t_new = x.register(&p).unwrap();
     assert_ne!(t_new, t_old);
     assert_eq!(p.len(), 1, "one registration per number");
     assert_eq!(
@@ -250,7 +249,7 @@ pub fn case_p04_same_number_registered_twice_supersedes<B: Backend>() {
     );
     assert_eq!(err_kind(p.deregister(t_old)), io::ErrorKind::NotFound);
     p.arm(t_new, Interest::READABLE).unwrap();
-    peer.write_all(b"p").unwrap();
+    peer.write_all(b"p");
     assert_eq!(expect_one(&p, t_new).token(), t_new);
     assert_no_events(&p, 5, Duration::from_millis(1));
 }
@@ -258,16 +257,15 @@ pub fn case_p04_same_number_registered_twice_supersedes<B: Backend>() {
 /// P05: a registration fired, its descriptor closed and the number reused; arming
 /// the old registration again re-adds the new descriptor (epoll: MOD answers ENOENT
 /// and becomes ADD) and its readiness is delivered.
-pub fn case_p05_reused_number_rearm_becomes_add<B: Backend>() {
+pub fn case_p05_reused_number_rearm_becomes_add<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut a, b) = socketpair();
-    let mut b = OwnedFd::from(b);
-    let t = p.register(&b).unwrap();
+    let (a, mut b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
-    a.write_all(b"a").unwrap();
+    a.write_all(b"a");
     expect_one(&p, t);
-    let (mut c, d) = socketpair();
-    reuse_number(&d, &mut b); // the old socket's last reference closes
+    let (c, d) = D::socketpair();
+    d.dup_onto(&mut b); // the old socket's last reference closes
     drop(d);
     #[cfg(feature = "stats")]
     let before = p.stats();
@@ -284,10 +282,10 @@ pub fn case_p05_reused_number_rearm_becomes_add<B: Backend>() {
         }
     }
     assert_no_events(&p, 3, Duration::from_millis(2));
-    c.write_all(b"c").unwrap();
+    c.write_all(b"c");
     assert!(expect_one(&p, t).is_readable());
     let mut buf = [0u8; 4];
-    assert_eq!((&b).read_fd(&mut buf), 1);
+    assert_eq!(b.read_some(&mut buf), 1);
     assert_eq!(buf[0], b'c');
 }
 
@@ -451,14 +449,14 @@ pub fn case_p06_fork_child_exit_leaves_the_poller_alone<B: Backend>() {
 /// nothing panics. The same on every backend (see `Event`'s docs): epoll drops a
 /// closed descriptor from its set, the poll(2) backend drops one that poll(2)
 /// answers `POLLNVAL` for.
-pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend>() {
-    const MIN_FD: RawFd = 3200; // this test's own range, see `high_dup`
+pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend, D: Fd>() {
+    let min_fd = D::HIGH + 200; // this test's own range, see `Fd::HIGH`
     let p = poller::<B>();
     let x = {
-        let (_a, b) = socketpair();
-        high_dup(&b, MIN_FD) // the only reference once `b` drops
+        let (_a, b) = D::socketpair();
+        b.dup_at_least(min_fd) // the only reference once `b` drops
     };
-    let t = p.register(&x).unwrap();
+    let t = x.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     drop(x);
     if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
@@ -499,35 +497,35 @@ pub fn case_p07_closed_fd_arm_disarm_deregister<B: Backend>() {
 /// P07 with the number reused: arm re-adds (epoll: ENOENT becomes ADD) and
 /// deregister deletes; deregistering a reused number that was never re-armed is Ok
 /// too and leaves the new descriptor alone.
-pub fn case_p07_reused_number_arm_and_deregister<B: Backend>() {
+pub fn case_p07_reused_number_arm_and_deregister<B: Backend, D: Fd>() {
     let p = poller::<B>();
     // Re-armed after the reuse.
-    let (_a, b) = socketpair();
-    let mut x = OwnedFd::from(b);
-    let t = p.register(&x).unwrap();
+    let (_a, b) = D::socketpair();
+    let mut x = b;
+    let t = x.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
-    let (mut c, d) = socketpair();
-    reuse_number(&d, &mut x);
+    let (c, d) = D::socketpair();
+    d.dup_onto(&mut x);
     drop(d);
     p.arm(t, Interest::BOTH).unwrap();
     assert!(expect_one(&p, t).is_writable());
     p.deregister(t).unwrap();
-    c.write_all(b"c").unwrap();
+    c.write_all(b"c");
     assert_no_events(&p, 3, Duration::from_millis(1));
     // Deregistered straight after the reuse (DEL: ENOENT, already gone).
-    let (_e, f) = socketpair();
-    let mut y = OwnedFd::from(f);
-    let u = p.register(&y).unwrap();
+    let (_e, f) = D::socketpair();
+    let mut y = f;
+    let u = y.register(&p).unwrap();
     p.arm(u, Interest::READABLE).unwrap();
-    let (mut g, h) = socketpair();
-    reuse_number(&h, &mut y);
+    let (g, h) = D::socketpair();
+    h.dup_onto(&mut y);
     drop(h);
     p.deregister(u).unwrap();
     assert!(p.is_empty());
-    g.write_all(b"g").unwrap();
+    g.write_all(b"g");
     assert_no_events(&p, 3, Duration::from_millis(1));
     // The new descriptor registers afresh.
-    let v = p.register(&y).unwrap();
+    let v = y.register(&p).unwrap();
     p.arm(v, Interest::READABLE).unwrap();
     assert!(expect_one(&p, v).is_readable());
 }
@@ -644,9 +642,9 @@ pub fn case_p09_tty_and_dev_null_not_an_error<B: Backend>() {
 /// `fin_is_synchronous`: the shutdown reached the reader before `shutdown` returned
 /// (Unix sockets). Over TCP the FIN may land just after the data, so an event
 /// without read-closed is re-armed until the FIN shows.
-fn half_close<B: Backend>(
-    mut reader: impl Read + Write + AsFd,
-    mut peer: impl Read + Write,
+fn half_close<B: Backend, D: Fd>(
+    reader: D,
+    peer: D,
     shutdown: impl FnOnce(),
     fin_is_synchronous: bool,
 ) {
@@ -655,8 +653,8 @@ fn half_close<B: Backend>(
     let reports_read_closed =
         B::NAME != "blocking" || cfg!(any(target_os = "linux", target_os = "android"));
     let p = poller::<B>();
-    let t = p.register(&reader).unwrap();
-    peer.write_all(b"last bytes").unwrap();
+    let t = reader.register(&p).unwrap();
+    peer.write_all(b"last bytes");
     shutdown();
     let deadline = Instant::now() + LOST_AFTER;
     loop {
@@ -688,9 +686,12 @@ fn half_close<B: Backend>(
         }
     }
     assert_eq!(got, b"last bytes");
-    reader
-        .write_all(b"reply")
-        .expect("the write side is still open");
+    assert_eq!(
+        reader
+            .write(b"reply")
+            .expect("the write side is still open"),
+        5
+    );
     let mut reply = [0u8; 5];
     peer.read_exact_retry(&mut reply);
     assert_eq!(&reply, b"reply");
@@ -700,19 +701,19 @@ fn half_close<B: Backend>(
 pub fn case_p10_half_close_tcp_read_closed_with_data<B: Backend>() {
     let (client, server) = tcp_pair();
     let c2 = client.try_clone().unwrap();
-    half_close::<B>(
-        server,
-        client,
+    half_close::<B, HostFd>(
+        HostFd(server.into()),
+        HostFd(client.into()),
         move || c2.shutdown(Shutdown::Write).unwrap(),
         false,
     );
 }
 
 /// P10 over a Unix stream socketpair.
-pub fn case_p10_half_close_unix_read_closed_with_data<B: Backend>() {
-    let (a, b) = socketpair();
-    let a2 = a.try_clone().unwrap();
-    half_close::<B>(b, a, move || a2.shutdown(Shutdown::Write).unwrap(), true);
+pub fn case_p10_half_close_unix_read_closed_with_data<B: Backend, D: Fd>() {
+    let (a, b) = D::socketpair();
+    let a2 = a.dup();
+    half_close::<B, D>(b, a, move || a2.shutdown(Shutdown::Write).unwrap(), true);
 }
 
 /// P11: writes queued, then the peer resets. The write interest, re-armed, reports
@@ -1027,10 +1028,10 @@ pub fn case_p14_threads_share_listener_each_readiness_once<B: Backend>() {
 
 /// A deliver with `timeout` and nothing ready (one armed, idle socket in the set):
 /// `Ok(0)`, and a nonzero timeout waited at least its length.
-fn quiet_wait<B: Backend>(timeout: Duration) {
+fn quiet_wait<B: Backend, D: Fd>(timeout: Duration) {
     let p = poller::<B>();
-    let (_a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (_a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let mut events = Events::with_capacity(8);
     for _ in 0..3 {
@@ -1049,12 +1050,12 @@ fn quiet_wait<B: Backend>(timeout: Duration) {
 
 /// A deliver with `timeout` on another thread, ended by a notify: `Ok(0)`. Returns
 /// the poller and the socketpair whose one end is registered and still armed.
-pub(crate) fn notified_wait<B: Backend>(
+pub(crate) fn notified_wait<B: Backend, D: Fd>(
     timeout: Option<Duration>,
-) -> (Arc<Poller<B>>, (UnixStream, UnixStream)) {
+) -> (Arc<Poller<B>>, (D, D)) {
     let p = Arc::new(poller::<B>());
-    let (a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let notifier = {
         let p = p.clone();
@@ -1075,15 +1076,15 @@ pub(crate) fn notified_wait<B: Backend>(
 }
 
 /// P15: `None` blocks until a notify.
-pub fn case_p15_timeout_none_until_notify<B: Backend>() {
-    notified_wait::<B>(None);
+pub fn case_p15_timeout_none_until_notify<B: Backend, D: Fd>() {
+    notified_wait::<B, D>(None);
 }
 
 /// P15: zero never blocks, and still delivers what is ready.
-pub fn case_p15_timeout_zero_never_blocks<B: Backend>() {
+pub fn case_p15_timeout_zero_never_blocks<B: Backend, D: Fd>() {
     let p = Arc::new(poller::<B>());
-    let (mut a, b) = socketpair();
-    let t = p.register(&b).unwrap();
+    let (a, b) = D::socketpair();
+    let t = b.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     let q = p.clone();
     let n = within("deliver(Some(ZERO)) with nothing ready", move || {
@@ -1091,7 +1092,7 @@ pub fn case_p15_timeout_zero_never_blocks<B: Backend>() {
             .unwrap()
     });
     assert_eq!(n, 0);
-    a.write_all(b"x").unwrap();
+    a.write_all(b"x");
     let mut events = Events::with_capacity(8);
     assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 1);
     assert_eq!(events.iter().next().unwrap().token(), t);
@@ -1099,56 +1100,21 @@ pub fn case_p15_timeout_zero_never_blocks<B: Backend>() {
 
 /// P15: 1 ns is not rounded to "don't wait" with an error or a spin; it waits at
 /// least 1 ns.
-pub fn case_p15_timeout_1ns<B: Backend>() {
-    quiet_wait::<B>(Duration::from_nanos(1));
+pub fn case_p15_timeout_1ns<B: Backend, D: Fd>() {
+    quiet_wait::<B, D>(Duration::from_nanos(1));
 }
 
 /// P15: 999 µs waits at least 999 µs (rounded up to 1 ms, or exact).
-pub fn case_p15_timeout_999us<B: Backend>() {
-    quiet_wait::<B>(Duration::from_micros(999));
+pub fn case_p15_timeout_999us<B: Backend, D: Fd>() {
+    quiet_wait::<B, D>(Duration::from_micros(999));
 }
 
 /// P15: 1.5 ms waits at least 1.5 ms (never rounded down to 1 ms).
-pub fn case_p15_timeout_1500us<B: Backend>() {
-    quiet_wait::<B>(Duration::from_micros(1500));
+pub fn case_p15_timeout_1500us<B: Backend, D: Fd>() {
+    quiet_wait::<B, D>(Duration::from_micros(1500));
 }
 
 /// P15: `Duration::MAX` is clamped, not refused; a notify ends it.
-pub fn case_p15_timeout_max_until_notify<B: Backend>() {
-    notified_wait::<B>(Some(Duration::MAX));
-}
-
-/// Small I/O conveniences for raw descriptors and retrying reads.
-trait ReadFd {
-    /// One read(2) into `buf`; the byte count (panics on error).
-    fn read_fd(self, buf: &mut [u8]) -> usize;
-}
-
-impl ReadFd for &OwnedFd {
-    fn read_fd(self, buf: &mut [u8]) -> usize {
-        rustix::io::read(self, buf).expect("read")
-    }
-}
-
-trait ReadExactRetry {
-    /// `read_exact` on a non-blocking stream: retries WouldBlock until
-    /// [`LOST_AFTER`].
-    fn read_exact_retry(&mut self, buf: &mut [u8]);
-}
-
-impl<R: Read> ReadExactRetry for R {
-    fn read_exact_retry(&mut self, buf: &mut [u8]) {
-        let deadline = Instant::now() + LOST_AFTER;
-        let mut at = 0;
-        while at < buf.len() {
-            match self.read(&mut buf[at..]) {
-                Ok(0) => panic!("EOF after {at} bytes"),
-                Ok(n) => at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
+pub fn case_p15_timeout_max_until_notify<B: Backend, D: Fd>() {
+    notified_wait::<B, D>(Some(Duration::MAX));
 }

@@ -18,23 +18,23 @@ const QUIET: Duration = Duration::from_millis(20);
 /// that arm reports writable only (its interest), though the byte read by nobody is
 /// still there; an arm for READABLE then reports the byte (level-triggered: nothing
 /// was lost).
-pub fn contract_delivery_disarms_both_directions<B: Backend>() {
+pub fn contract_delivery_disarms_both_directions<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut peer, sock) = socketpair();
-    let filled = fill(&sock);
+    let (peer, sock) = D::socketpair();
+    let filled = sock.fill();
     assert!(filled > 0, "the send buffer took nothing");
-    let t = p.register(&sock).unwrap();
+    let t = sock.register(&p).unwrap();
     p.arm(t, Interest::BOTH).unwrap();
     assert_no_events(&p, 2, QUIET); // full, nothing to read: not ready
 
-    peer.write_all(b"x").unwrap();
+    peer.write_all(b"x");
     let ev = expect_one(&p, t);
     assert!(ev.is_readable(), "the peer wrote: {ev:?}");
     assert!(!ev.is_writable(), "the send buffer is full: {ev:?}");
 
     // Room again, but the readable delivery ended the arming for both directions.
-    assert_eq!(drain(&peer), filled, "the peer reads what was sent");
-    assert!(!would_block_write(&sock), "the send buffer has room again");
+    assert_eq!(peer.drain(), filled, "the peer reads what was sent");
+    assert!(!sock.would_block_write(), "the send buffer has room again");
     assert_no_events(&p, 3, QUIET);
 
     // Re-arm what is still wanted: the room is reported now, and only the room.
@@ -52,22 +52,22 @@ pub fn contract_delivery_disarms_both_directions<B: Backend>() {
     let ev = expect_one(&p, t);
     assert!(ev.is_readable() && !ev.is_writable(), "{ev:?}");
     let mut buf = [0u8; 8];
-    assert_eq!((&sock).read(&mut buf).unwrap(), 1);
+    assert_eq!(sock.read_some(&mut buf), 1);
     p.deregister(t).unwrap();
 }
 
 /// Arm READABLE, then WRITABLE (a full send buffer): the second arm replaced the
 /// first, so data that arrives afterwards is not reported; arming READABLE again
 /// reports it, and not writable (the buffer is still full, and not asked for).
-pub fn contract_arm_replaces_the_interest<B: Backend>() {
+pub fn contract_arm_replaces_the_interest<B: Backend, D: Fd>() {
     let p = poller::<B>();
-    let (mut peer, sock) = socketpair();
-    fill(&sock);
-    let t = p.register(&sock).unwrap();
+    let (peer, sock) = D::socketpair();
+    sock.fill();
+    let t = sock.register(&p).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     p.arm(t, Interest::WRITABLE).unwrap();
 
-    peer.write_all(b"late").unwrap();
+    peer.write_all(b"late");
     assert_no_events(&p, 3, QUIET);
 
     p.arm(t, Interest::READABLE).unwrap();
@@ -75,27 +75,13 @@ pub fn contract_arm_replaces_the_interest<B: Backend>() {
     assert!(ev.is_readable(), "armed READABLE with data: {ev:?}");
     assert!(!ev.is_writable(), "not asked for (and full): {ev:?}");
     let mut buf = [0u8; 8];
-    assert_eq!((&sock).read(&mut buf).unwrap(), 4);
+    assert_eq!(sock.read_some(&mut buf), 4);
 
     // And the other way round: WRITABLE replaced by READABLE with room to write
     // and nothing to read reports nothing.
-    assert!(drain(&peer) > 0);
+    assert!(peer.drain() > 0);
     p.arm(t, Interest::WRITABLE).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
     assert_no_events(&p, 3, QUIET);
     p.deregister(t).unwrap();
-}
-
-/// Whether a write to `w` would block now, without writing: poll(2) with a zero
-/// timeout, independent of the poller under test.
-fn would_block_write(w: impl AsFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: w.as_fd().as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, and the count passed is 1.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    assert!(n >= 0, "poll: {}", io::Error::last_os_error());
-    n == 0 || pfd.revents & libc::POLLOUT == 0
 }

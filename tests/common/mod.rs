@@ -19,12 +19,14 @@ pub mod api;
 pub mod bodies;
 pub mod cases;
 pub mod contract;
+pub mod fds;
 pub mod release;
 pub mod wakeups;
 // The scenarios the Windows suite runs too.
 #[path = "../portable/mod.rs"]
 pub mod portable;
 
+pub use fds::{Fd, HostFd};
 use pollshot::{Backend, Event, Events, Poller, Token};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -37,16 +39,18 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Expands to one `#[test]` per generic body, each run on backend `$backend`.
+/// Expands to one `#[test]` per generic body, each run on backend `$backend`
+/// with host descriptors: [`fd_suite!`]'s bodies (on [`HostFd`]) and those only
+/// host descriptors can express (TCP, FIFOs, files, ttys, fork, signals,
+/// `/proc`).
 ///
 /// Entries may carry attributes (`#[cfg(feature = "stats")] name`): they are put
 /// on the generated test, and the body carries the same cfg.
+#[allow(unused_macros)] // tests/rump_suite.rs expands fd_suite! alone
 macro_rules! suite {
     ($backend:ty) => {
+        fd_suite!($backend, crate::common::HostFd);
         suite!(@tests $backend, bodies, [
-            kind_socketpair,
-            kind_pipe_read,
-            kind_pipe_write,
             kind_fifo,
             kind_tcp_listener,
             kind_tcp_stream,
@@ -54,6 +58,73 @@ macro_rules! suite {
             kind_eventfd,
             kind_regular_file,
             kind_dev_null,
+            descriptor_numbers_up_to_the_token_limit,
+            errno_reused_by_dev_null_is_always_ready_not_an_error,
+            synthetic_stale_entries_take_no_room,
+            synthetic_events_do_not_starve_kernel_events,
+        ]);
+        suite!(@tests $backend, cases, [
+            case_p06_fork_child_reinit_parent_untouched,
+            case_p06_fork_child_exit_leaves_the_poller_alone,
+            case_p08_regular_file_dev_null_stdin_always_ready,
+            case_p09_tty_and_dev_null_not_an_error,
+            case_p10_half_close_tcp_read_closed_with_data,
+            case_p11_reset_with_writes_queued_once_per_arming,
+            case_p12_connect_in_progress_full_interest,
+            case_p13_racing_disarm_rearm_on_erroring_fd,
+            case_p14_exclusive_unsupported,
+            case_p14_threads_share_listener_each_readiness_once,
+        ]);
+        suite!(@tests $backend, release, [
+            release_peer_reads_eof_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_peer_reads_eof_with_a_blocked_deliver,
+            release_listener_port_binds_again_after_deregister_close,
+            #[cfg(all(feature = "stats", target_os = "linux"))]
+            release_listener_port_binds_again_with_a_blocked_deliver,
+        ]);
+        suite!(@tests $backend, wakeups, [
+            #[cfg(feature = "stats")]
+            wake_deregister_close_reuse_forked_child_no_spin,
+            wake_signal_is_interrupted_never_an_early_ok,
+            #[cfg(target_os = "linux")]
+            wake_one_signal_ends_each_of_2_blocked_delivers,
+            #[cfg(feature = "stats")]
+            wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1,
+            #[cfg(feature = "stats")]
+            wake_always_ready_arm_and_notify_with_2_blocked_delivers,
+            meaning_half_close_is_read_closed_only,
+            meaning_refused_connect_is_writable_write_closed_error,
+            meaning_reset_is_error_and_both_closed,
+            meaning_own_shutdown_with_readable_interest_is_read_closed,
+            meaning_listener_shut_down_while_armed_is_read_closed,
+        ]);
+        suite!(@tests $backend, api, [
+            api_priority_tcp_urgent_data_wakes_a_priority_waiter,
+            api_key_rides_on_events_and_set_key_changes_it,
+        ]);
+    };
+    (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                crate::common::apart_from_forks(crate::common::$module::$name::<$backend>)
+            }
+        )*
+    };
+}
+
+/// Expands to one `#[test]` per body generic over the descriptors' kernel
+/// ([`fds::Fd`]), each run on backend `$backend` with descriptors `$fd`:
+/// [`HostFd`] in every suite ([`suite!`]), `RumpFd` in `tests/rump_suite.rs`
+/// (NetBSD kernel code). Their names are the same in both.
+macro_rules! fd_suite {
+    ($backend:ty, $fd:ty) => {
+        fd_suite!(@tests $backend, $fd, bodies, [
+            kind_socketpair,
+            kind_pipe_read,
+            kind_pipe_write,
             #[cfg(feature = "stats")]
             stats_register_is_free_first_arm_is_one_add,
             #[cfg(feature = "stats")]
@@ -72,40 +143,26 @@ macro_rules! suite {
             notify_1000_from_4_threads_never_lost,
             notify_coalesces,
             bad_negative_fd,
-            descriptor_numbers_up_to_the_token_limit,
             bad_register_own_descriptor,
             bad_closed_fd,
-            errno_reused_by_dev_null_is_always_ready_not_an_error,
             bad_deregistered_token,
             bad_garbage_token,
             poller_is_send_sync,
             capacity_1_never_starves_a_ready_registration,
             arm_reaches_a_waiter_when_another_deliver_takes_the_wake,
-            synthetic_stale_entries_take_no_room,
-            synthetic_events_do_not_starve_kernel_events,
             bad_token_from_another_poller,
             events_huge_capacity_is_clamped,
         ]);
-        suite!(@tests $backend, cases, [
+        fd_suite!(@tests $backend, $fd, cases, [
             case_p01_fetched_event_never_names_new_registration,
             case_p02_orphaned_pipe_does_not_wake_new_registration,
             case_p03_dup_outlives_close_no_spin,
             case_p04_dup_outlives_close_exists_becomes_modify,
             case_p04_same_number_registered_twice_supersedes,
             case_p05_reused_number_rearm_becomes_add,
-            case_p06_fork_child_reinit_parent_untouched,
-            case_p06_fork_child_exit_leaves_the_poller_alone,
             case_p07_closed_fd_arm_disarm_deregister,
             case_p07_reused_number_arm_and_deregister,
-            case_p08_regular_file_dev_null_stdin_always_ready,
-            case_p09_tty_and_dev_null_not_an_error,
-            case_p10_half_close_tcp_read_closed_with_data,
             case_p10_half_close_unix_read_closed_with_data,
-            case_p11_reset_with_writes_queued_once_per_arming,
-            case_p12_connect_in_progress_full_interest,
-            case_p13_racing_disarm_rearm_on_erroring_fd,
-            case_p14_exclusive_unsupported,
-            case_p14_threads_share_listener_each_readiness_once,
             case_p15_timeout_none_until_notify,
             case_p15_timeout_zero_never_blocks,
             case_p15_timeout_1ns,
@@ -113,21 +170,15 @@ macro_rules! suite {
             case_p15_timeout_1500us,
             case_p15_timeout_max_until_notify,
         ]);
-        suite!(@tests $backend, contract, [
+        fd_suite!(@tests $backend, $fd, contract, [
             contract_delivery_disarms_both_directions,
             contract_arm_replaces_the_interest,
         ]);
-        suite!(@tests $backend, release, [
-            release_peer_reads_eof_after_deregister_close,
-            #[cfg(all(feature = "stats", target_os = "linux"))]
-            release_peer_reads_eof_with_a_blocked_deliver,
-            release_listener_port_binds_again_after_deregister_close,
-            #[cfg(all(feature = "stats", target_os = "linux"))]
-            release_listener_port_binds_again_with_a_blocked_deliver,
+        fd_suite!(@tests $backend, $fd, release, [
             #[cfg(feature = "stats")]
             release_deregister_costs_what_the_backend_says,
         ]);
-        suite!(@tests $backend, wakeups, [
+        fd_suite!(@tests $backend, $fd, wakeups, [
             #[cfg(feature = "stats")]
             wake_stale_only_wait_keeps_waiting_until_the_deadline,
             #[cfg(feature = "stats")]
@@ -137,11 +188,6 @@ macro_rules! suite {
             #[cfg(feature = "stats")]
             wake_deregister_close_reuse_dup_held_no_spin,
             #[cfg(feature = "stats")]
-            wake_deregister_close_reuse_forked_child_no_spin,
-            wake_signal_is_interrupted_never_an_early_ok,
-            #[cfg(target_os = "linux")]
-            wake_one_signal_ends_each_of_2_blocked_delivers,
-            #[cfg(feature = "stats")]
             wake_one_notify_ends_exactly_one_of_4_blocked_delivers,
             #[cfg(feature = "stats")]
             wake_4_notifies_end_4_blocked_delivers,
@@ -149,33 +195,22 @@ macro_rules! suite {
             wake_a_notify_ends_the_blocked_deliver_not_a_zero_timeout_poll,
             #[cfg(feature = "stats")]
             wake_notify_storm_without_waiters_costs_one_write,
-            #[cfg(feature = "stats")]
-            wake_2_always_ready_arms_end_2_blocked_delivers_with_room_for_1,
-            #[cfg(feature = "stats")]
-            wake_always_ready_arm_and_notify_with_2_blocked_delivers,
             wake_fair_64_ready_capacity_8_all_served_within_8_delivers,
             meaning_pipe_writer_whose_reader_closed_is_write_closed,
-            meaning_half_close_is_read_closed_only,
-            meaning_refused_connect_is_writable_write_closed_error,
-            meaning_reset_is_error_and_both_closed,
-            meaning_own_shutdown_with_readable_interest_is_read_closed,
-            meaning_listener_shut_down_while_armed_is_read_closed,
         ]);
-        suite!(@tests $backend, api, [
+        fd_suite!(@tests $backend, $fd, api, [
             api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials,
             api_shutdown_keeps_arm_and_deregister_working,
-            api_priority_tcp_urgent_data_wakes_a_priority_waiter,
             api_priority_interest_values,
-            api_key_rides_on_events_and_set_key_changes_it,
             api_key_never_stale_across_deregister_and_reregistration_by_another_thread,
         ]);
     };
-    (@tests $backend:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
+    (@tests $backend:ty, $fd:ty, $module:ident, [$($(#[$attr:meta])* $name:ident),* $(,)?]) => {
         $(
             $(#[$attr])*
             #[test]
             fn $name() {
-                crate::common::apart_from_forks(crate::common::$module::$name::<$backend>)
+                crate::common::apart_from_forks(crate::common::$module::$name::<$backend, $fd>)
             }
         )*
     };
@@ -415,9 +450,10 @@ pub fn set_nonblocking(fd: impl AsFd) {
 /// its report) frees the state that entry points at: once that description is
 /// ready, each `kevent` reads freed memory (seen as a crash in
 /// `linux_kevent_copyout`, or `kevent` failing with errno 0 from its "bad udata"
-/// branch) and returns at once (README, libkqueue). The cases of that kind stop
-/// on libkqueue before the orphaned description can be ready, after asserting
-/// what led there.
+/// branch) and returns at once (docs/testing.md, "On libkqueue"). The cases of
+/// that kind stop on libkqueue before the orphaned description can be ready,
+/// after asserting what led there: libkqueue's artifact, not a BSD kernel's
+/// (`tests/rump_suite.rs` runs them whole on NetBSD kernel code).
 pub fn on_libkqueue<B: Backend>() -> bool {
     cfg!(pollshot_libkqueue) && B::NAME == "kqueue"
 }

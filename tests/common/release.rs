@@ -237,7 +237,7 @@ pub fn release_listener_port_binds_again_with_a_blocked_deliver<B: Backend>() {
 /// delivery (nothing armed in the kernel): epoll and kqueue the same, io_uring
 /// and poll(2) none. 20 trials.
 #[cfg(feature = "stats")]
-pub fn release_deregister_costs_what_the_backend_says<B: Backend>() {
+pub fn release_deregister_costs_what_the_backend_says<B: Backend, D: Fd>() {
     let p = poller::<B>();
     let (armed, delivered) = match p.backend_name() {
         "epoll" | "kqueue" | "ports" => (1, 1),
@@ -247,17 +247,17 @@ pub fn release_deregister_costs_what_the_backend_says<B: Backend>() {
     };
     let mut events = Events::with_capacity(8);
     for trial in 0..TRIALS {
-        let (a, mut b) = socketpair();
-        let t = p.register(&a).unwrap();
+        let (a, b) = D::socketpair();
+        let t = a.register(&p).unwrap();
         p.arm(t, Interest::READABLE).unwrap();
         assert_eq!(p.deliver(&mut events, Some(Duration::ZERO)).unwrap(), 0);
         let (r, d) = delta(&p, || p.deregister(t));
         r.unwrap();
         assert_eq!(d.syscalls(), armed, "trial {trial}, armed: {d:?}");
 
-        let t = p.register(&a).unwrap();
+        let t = a.register(&p).unwrap();
         p.arm(t, Interest::READABLE).unwrap();
-        b.write_all(b"x").unwrap();
+        b.write_all(b"x");
         assert!(expect_one(&p, t).is_readable());
         let (r, d) = delta(&p, || p.deregister(t));
         r.unwrap();
