@@ -144,13 +144,35 @@
 //!   regular file always ready (no knote), as the epoll backend does.
 //! - The waker is an `EVFILT_USER` knote triggered with `NOTE_TRIGGER` (FreeBSD,
 //!   DragonFly, Apple, libkqueue), a non-blocking pipe on OpenBSD and NetBSD (whose
-//!   `EVFILT_USER` is recent). Notifies coalesce until a wait consumes them.
+//!   `EVFILT_USER` is recent), registered `EV_CLEAR`: a level-triggered one loses
+//!   wake-ups on NetBSD 8/9 with several threads in `kevent` (`sys::pipe_waker`).
+//!   Notifies coalesce until a wait consumes them.
 //! - Timeouts are a timespec, `tv_sec` clamped to 10^8 s (Darwin answers EINVAL to
 //!   very large values).
 //! - A kqueue is not inherited across fork(2): the child makes a new one and never
 //!   closes the inherited number, which it does not own.
 //! - The kqueue is close-on-exec (`kqueue1(O_CLOEXEC)` on NetBSD, else `FD_CLOEXEC`
 //!   right after kqueue(2)).
+
+//!
+//! # Kernel differences the backend cannot hide
+//!
+//! - NetBSD 7.99 to 9 never report to an armed pipe writer that its reader
+//!   closed while the pipe was full: `pipeclose` (`sys_pipe.c`) wakes the
+//!   reader's knote list, where the writer's write knote hangs, before it sets
+//!   `PIPE_EOF`; `knote` (`kern_event.c`) runs `filt_pipewrite`, which finds the
+//!   buffer still full and leaves the knote inactive, and the list is then
+//!   cleared. A re-arm (its `EV_ADD` re-runs the filter in `kqueue_register`)
+//!   reports write-closed. Shown on that kernel code (`tests/rump_suite.rs`,
+//!   `meaning_pipe_writer_whose_reader_closed_is_write_closed`); a writer that
+//!   waits on a full pipe there should re-arm on a timer.
+//! - libkqueue (Linux) is no BSD kernel: it reads and clears `SO_ERROR` on an
+//!   `EPOLLERR` for the read filter and the write filter alike (a refused
+//!   connect's ECONNREFUSED is then gone for the caller), and a knote whose
+//!   descriptor was closed without `EV_DELETE` while a dup keeps it open leaves
+//!   an epoll entry that no change can remove, which makes `kevent` return at
+//!   once (a `deliver` with a timeout spins to its deadline) and may point at
+//!   freed state. `docs/testing.md` lists its differences.
 
 #![cfg_attr(not(pollshot_kqueue), allow(dead_code))]
 

@@ -225,12 +225,28 @@ pub(super) fn record(c: &Change, extra: u16) -> KEvent {
     make(c.fd as usize, c.filter, c.flags() | extra | enable, c.udata)
 }
 
-/// The pipe waker's registration: its read end, level-triggered.
+/// The pipe waker's registration: its read end, `EV_CLEAR` (each write that
+/// finds the knote idle is reported once; the wait that gets it drains the
+/// pipe).
+///
+/// Not level-triggered: NetBSD 8/9's `kqueue_scan` (`kern_event.c` 1.83-1.88)
+/// takes a knote off the queue, drops `kq_lock` to run its filter, and puts a
+/// level-triggered knote that still fires back at the tail without a
+/// `cv_broadcast`; a thread that entered `kevent` meanwhile found `kq_count` 0
+/// and went to sleep. The knote then stays queued and active after the reader
+/// drained the pipe, so the next wake-up's write finds it queued
+/// (`knote_activate` broadcasts only when it queues a knote) and wakes no
+/// sleeper: with several threads in `deliver`, a notify, a shutdown or a
+/// passed-on wake-up was lost until a timeout (a NetBSD rump kernel of that
+/// code: `tests/rump_suite.rs`, `wake_4_notifies_end_4_blocked_delivers` and
+/// `api_shutdown_stops_k_workers_blocked_or_about_to_block_1000_trials`). An
+/// `EV_CLEAR` knote is never put back by the scan: the next write's
+/// `knote_activate` queues it and broadcasts.
 pub(super) fn pipe_waker(fd: RawFd) -> KEvent {
     make(
         fd as usize,
         Filter::Read,
-        changes::EV_ADD | changes::EV_RECEIPT,
+        changes::EV_ADD | changes::EV_CLEAR | changes::EV_RECEIPT,
         0,
     )
 }

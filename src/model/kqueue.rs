@@ -28,6 +28,20 @@
 //! A waiting `kevent` call that carries changes ([`Model::kevent_wait`]) ends
 //! without collecting events as soon as one `EV_ERROR` entry was written (a
 //! refusal, or a receipt): the `nerrors` rule of every kernel's change loop.
+//!
+//! Not modelled, and what the backend does about it (both shown on NetBSD
+//! 7.99's kernel code, `tests/rump_suite.rs`):
+//!
+//! - NetBSD 8/9's `kqueue_scan` puts a level-triggered knote that still fires
+//!   back on the queue without waking the threads asleep in `kevent`, and
+//!   `knote_activate` wakes them only when it queues a knote: a level-triggered
+//!   knote that several threads wait on can lose a wake-up. The model has one
+//!   waiter per wait and no waker knote; the backend's pipe waker is `EV_CLEAR`.
+//! - NetBSD 7.99 to 9's `pipeclose` (`sys_pipe.c`) runs the writer's write
+//!   filter (through `knote`) before it marks the pipe closed, so a pipe writer
+//!   armed while the pipe is full is not activated by its reader's close: the
+//!   model's [`Model::set_levels`] activates every knote whose filter fires, on
+//!   every kqueue semantics; a re-arm's `EV_ADD` reports it on every kernel.
 
 use super::{
     interest_from, Command, Errno, Fd, KernelView, Levels, Model, ModelEvent, Origin, RawEvent,
