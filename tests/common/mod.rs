@@ -95,6 +95,7 @@ macro_rules! suite {
             wake_always_ready_arm_and_notify_with_2_blocked_delivers,
             meaning_half_close_is_read_closed_only,
             meaning_refused_connect_is_writable_write_closed_error,
+            meaning_refused_connect_armed_readable_is_read_closed_error,
             meaning_reset_is_error_and_both_closed,
             meaning_own_shutdown_with_readable_interest_is_read_closed,
             meaning_listener_shut_down_while_armed_is_read_closed,

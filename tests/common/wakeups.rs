@@ -910,6 +910,36 @@ pub fn meaning_refused_connect_is_writable_write_closed_error<B: Backend>() {
     p.deregister(t).unwrap();
 }
 
+/// A refused non-blocking connect armed readable only: readable, read-closed
+/// and error, and the connect's errno stays in `SO_ERROR` for the caller, on
+/// every kernel (a BSD kernel's read filter reports `EV_EOF` with the error in
+/// `fflags`: `filt_soread`). Not on libkqueue: on `EPOLLERR` its read filter
+/// reads `SO_ERROR` itself to fill `fflags` (`evfilt_read_copyout`, as its
+/// write filter does), and the read clears it, so the caller finds nothing
+/// pending: libkqueue's artifact, not a BSD kernel's.
+pub fn meaning_refused_connect_armed_readable_is_read_closed_error<B: Backend>() {
+    let p = poller::<B>();
+    let addr = {
+        let l = tcp_listener();
+        v4_addr(&l) // closed when `l` drops: nothing listens there
+    };
+    let s = tcp_connect_nonblocking(addr);
+    let t = p.register(&s).unwrap();
+    let ev = one_event(&p, t, Interest::READABLE);
+    assert!(
+        ev.is_readable() && ev.is_read_closed() && ev.is_error(),
+        "{ev:?}"
+    );
+    assert!(!ev.is_writable(), "armed readable only: {ev:?}");
+    let pending = s.take_error().unwrap().and_then(|e| e.raw_os_error());
+    if on_libkqueue::<B>() {
+        assert_eq!(pending, None, "libkqueue read and cleared SO_ERROR: {ev:?}");
+    } else {
+        assert_eq!(pending, Some(libc::ECONNREFUSED), "{ev:?}");
+    }
+    p.deregister(t).unwrap();
+}
+
 /// Issue 8.6: a reset (the peer closes with `SO_LINGER` 0), both directions armed:
 /// error, read-closed and write-closed.
 pub fn meaning_reset_is_error_and_both_closed<B: Backend>() {
