@@ -47,8 +47,8 @@ usage: pingpong [--pairs P] [--threads T] [--rounds R] [--backend NAME]
   --pairs P        socketpairs (default 8)
   --threads T      threads calling deliver on the one poller (default 2)
   --rounds R       round trips in all, spread over the pairs (default 300000)
-  --backend NAME   epoll, kqueue, blocking, uring or all (default all: those
-                   compiled here; uring needs --features io-uring)
+  --backend NAME   epoll, kqueue, ports, blocking, uring or all (default all:
+                   those compiled here; uring needs --features io-uring)
   --help           this text
 Values are whole numbers above 0; `--flag=VALUE` works too.";
 
@@ -73,7 +73,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         };
         let what = match name {
             "pairs" | "threads" | "rounds" => "a whole number above 0",
-            "backend" => "epoll, kqueue, blocking, uring or all",
+            "backend" => "epoll, kqueue, ports, blocking, uring or all",
             _ => return Err(format!("unknown flag {arg:?}; the flags are {FLAGS}")),
         };
         let value = match inline {
@@ -164,7 +164,7 @@ mod tests {
         );
         assert_eq!(
             parse_strs(&["--backend"]).unwrap_err(),
-            "--backend needs a value (epoll, kqueue, blocking, uring or all)"
+            "--backend needs a value (epoll, kqueue, ports, blocking, uring or all)"
         );
         let e = parse_strs(&["--threads", "--rounds", "9"]).unwrap_err();
         assert_eq!(

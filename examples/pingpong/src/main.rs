@@ -9,10 +9,16 @@
 //! - `--pairs P`: socketpairs (default 8)
 //! - `--threads T`: threads calling `deliver` on the one poller (default 2)
 //! - `--rounds R`: round trips in all, spread over the pairs (default 300000)
-//! - `--backend epoll|kqueue|blocking|uring|all`: default `all` (those compiled
-//!   here: epoll and blocking on Linux, uring too with `--features io-uring`;
-//!   kqueue and blocking on the BSDs and macOS, or on Linux built with
-//!   `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue)
+//! - `--backend epoll|kqueue|ports|blocking|uring|all`: default `all` (those
+//!   compiled here: epoll and blocking on Linux, uring too with `--features
+//!   io-uring`; kqueue and blocking on the BSDs and macOS, ports and blocking
+//!   on illumos and Solaris; kqueue on Linux too when built with
+//!   `RUSTFLAGS="--cfg pollshot_libkqueue"` against libkqueue, or with
+//!   `RUSTFLAGS="--cfg pollshot_rump"` against a NetBSD rump kernel, whose
+//!   `AF_LOCAL` socketpairs the pairs then are)
+//!
+//! On a rump kernel the report gives counts only: its system calls are function
+//! calls in this process, so a rate would say nothing about NetBSD.
 //!
 //! A package of its own in the workspace, depending only on pollshot (with its
 //! `stats` feature, for `Poller::stats()`): building it compiles none of the main
@@ -33,26 +39,32 @@ type Runner = fn(usize, usize, u64) -> io::Result<Report>;
 /// The backends compiled for this target, by name.
 #[allow(clippy::vec_init_then_push)] // the pushes are cfg'd per target
 fn backends() -> Vec<(&'static str, Runner)> {
+    use run::HostSock;
     let mut compiled: Vec<(&'static str, Runner)> = Vec::new();
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    compiled.push(("epoll", run::run::<pollshot::backends::Epoll>));
-    // On Linux the kqueue backend exists only when built against libkqueue (the
-    // same condition as pollshot's build.rs).
-    #[cfg(all(pollshot_libkqueue, target_os = "linux"))]
-    compiled.push(("kqueue", run::run::<pollshot::backends::Kqueue>));
-    // Elsewhere a default backend with a kernel oneshot mechanism is kqueue (the
-    // BSDs and Apple; pollshot's build.rs keeps the list of those targets).
-    #[cfg(not(any(target_os = "linux", target_os = "android", windows)))]
-    if pollshot::MULTIPLEXES_ONESHOT {
-        compiled.push(("kqueue", run::run::<pollshot::DefaultBackend>));
-    }
+    compiled.push(("epoll", run::run::<pollshot::backends::Epoll, HostSock>));
+    // kqueue where pollshot compiles it (build.rs: the BSDs and Apple, Linux
+    // against libkqueue) on host socketpairs, or on a NetBSD rump kernel's
+    // socketpairs (the backend's kernel there).
+    #[cfg(all(pollshot_kqueue, not(pollshot_rump)))]
+    compiled.push(("kqueue", run::run::<pollshot::backends::Kqueue, HostSock>));
+    #[cfg(all(pollshot_kqueue, pollshot_rump))]
+    compiled.push((
+        "kqueue",
+        run::run::<pollshot::backends::Kqueue, pollshot::rump::RumpFd>,
+    ));
+    #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+    compiled.push(("ports", run::run::<pollshot::backends::Ports, HostSock>));
     #[cfg(unix)]
-    compiled.push(("blocking", run::run::<pollshot::backends::Blocking>));
-    // Windows: AFD poll on TCP loopback pairs (`run::connected_pair`).
+    compiled.push((
+        "blocking",
+        run::run::<pollshot::backends::Blocking, HostSock>,
+    ));
+    // Windows: AFD poll on TCP loopback pairs (`run::HostSock`).
     #[cfg(windows)]
-    compiled.push(("afd", run::run::<pollshot::backends::Afd>));
+    compiled.push(("afd", run::run::<pollshot::backends::Afd, HostSock>));
     #[cfg(all(target_os = "linux", feature = "io-uring"))]
-    compiled.push(("uring", run::run::<pollshot::backends::Uring>));
+    compiled.push(("uring", run::run::<pollshot::backends::Uring, HostSock>));
     compiled
 }
 
@@ -100,6 +112,18 @@ fn words(backend: &str) -> Words {
                 "cancels to deregister",
             ],
         ),
+        "ports" => (
+            "port_getn",
+            Some("port_associate and port_dissociate"),
+            "port_send",
+            "port calls per round trip by command",
+            [
+                "associations",
+                "re-associations",
+                "dissociations to quiet",
+                "dissociations",
+            ],
+        ),
         "uring" => (
             "io_uring_enter waits",
             Some("io_uring_enter to submit alone"),
@@ -145,14 +169,19 @@ fn describe(r: &Report) -> String {
         .map(|(name, n)| format!("{name} {:.2}", per(n)))
         .collect();
     let pad = " ".repeat(10);
+    // On another kernel in this process (a rump kernel) the time says nothing
+    // about that kernel: counts only.
+    let took = match r.kernel {
+        None => format!("in {secs:.3} s: {:.0} round trips/s", rt / secs.max(1e-9)),
+        Some(kernel) => format!("on a {kernel} (counts only, no rate)"),
+    };
     format!(
-        "{:<9} {} round trips in {secs:.3} s: {:.0} round trips/s\n\
+        "{:<9} {} round trips {took}\n\
          {pad}system calls per round trip {total:.2} = read {:.2} + write {:.2}{ctl} + \
          {} {:.2} + {} {:.2}\n\
          {pad}{}: {}; reads that found nothing (spurious wake-ups) {}",
         r.backend,
         r.round_trips,
-        rt / secs.max(1e-9),
         per(r.reads),
         per(r.writes),
         w.wait,
@@ -196,7 +225,7 @@ fn main() {
     if chosen.is_empty() {
         let why = if backend == "uring" {
             "not compiled: build with --features io-uring (Linux)"
-        } else if ["epoll", "kqueue", "blocking", "afd"].contains(&backend.as_str()) {
+        } else if ["epoll", "kqueue", "ports", "blocking", "afd"].contains(&backend.as_str()) {
             "not compiled for this OS"
         } else {
             "unknown backend"

@@ -11,21 +11,107 @@
 
 use pollshot::{Backend, Events, Interest, Poller, Stats, Token};
 use std::io::{self, Read, Write};
-#[cfg(unix)]
-use std::os::unix::net::UnixStream as Sock;
-// Windows has no socketpair: a TCP loopback pair (`connected_pair`).
-#[cfg(windows)]
-use std::net::TcpStream as Sock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const MSG: usize = 64;
 
+/// One end of a connected pair, as a run uses it: made in pairs, registered,
+/// read and written. Host sockets (`HostSock`), or a NetBSD rump kernel's
+/// `AF_LOCAL` sockets (`--cfg pollshot_rump`: `pollshot::rump::RumpFd`).
+pub trait Sock: Send + Sync + Sized + 'static {
+    /// Whose kernel runs the sockets, for the report: `None` for the host's;
+    /// a run on another kernel reports counts, never rates.
+    const KERNEL: Option<&'static str>;
+    /// A connected pair, both ends non-blocking.
+    fn pair() -> io::Result<(Self, Self)>;
+    /// One read(2).
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// One write(2).
+    fn write(&self, buf: &[u8]) -> io::Result<usize>;
+    /// Registers this end with `poller`.
+    fn register<B: Backend>(&self, poller: &Poller<B>) -> io::Result<Token>;
+}
+
+/// The host's connected pair: a Unix socketpair; on Windows (no socketpair) a
+/// TCP loopback pair, Nagle off.
+#[cfg(unix)]
+pub type HostSock = std::os::unix::net::UnixStream;
+/// See the Unix definition.
+#[cfg(windows)]
+pub type HostSock = std::net::TcpStream;
+
+impl Sock for HostSock {
+    const KERNEL: Option<&'static str> = None;
+
+    #[cfg(unix)]
+    fn pair() -> io::Result<(Self, Self)> {
+        let (a, b) = HostSock::pair()?;
+        a.set_nonblocking(true)?;
+        b.set_nonblocking(true)?;
+        Ok((a, b))
+    }
+
+    #[cfg(windows)]
+    fn pair() -> io::Result<(Self, Self)> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let client = HostSock::connect(listener.local_addr()?)?;
+        let (echo, _) = listener.accept()?;
+        for s in [&client, &echo] {
+            s.set_nodelay(true)?;
+            s.set_nonblocking(true)?;
+        }
+        Ok((client, echo))
+    }
+
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&mut &*self).read(buf)
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        (&mut &*self).write(buf)
+    }
+
+    fn register<B: Backend>(&self, poller: &Poller<B>) -> io::Result<Token> {
+        poller.register(self)
+    }
+}
+
+/// A NetBSD rump kernel's `AF_LOCAL` socketpair (`--cfg pollshot_rump`): the
+/// kqueue backend's kernel there; registered with `register_raw`.
+#[cfg(pollshot_rump)]
+impl Sock for pollshot::rump::RumpFd {
+    const KERNEL: Option<&'static str> = Some("NetBSD 7.99 rump kernel");
+
+    fn pair() -> io::Result<(Self, Self)> {
+        pollshot::rump::RumpFd::socketpair()
+    }
+
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        pollshot::rump::RumpFd::read(self, buf)
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        pollshot::rump::RumpFd::write(self, buf)
+    }
+
+    fn register<B: Backend>(&self, poller: &Poller<B>) -> io::Result<Token> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the number is open (owned by `self`, which outlives the run's
+        // registration: `run` deregisters every token before the sockets drop);
+        // the poller only passes it to the rump kernel's kevent.
+        unsafe { poller.register_raw(self.as_raw_fd()) }
+    }
+}
+
 /// What one run measured.
 pub struct Report {
     /// The backend's name, as the poller gives it.
     pub backend: &'static str,
+    /// The kernel the run's sockets and poller ran on, where not the host's (a
+    /// NetBSD rump kernel): its figures are counts, never rates.
+    pub kernel: Option<&'static str>,
     /// Round trips completed (the rounds asked for, rounded up to a multiple of
     /// the pairs).
     pub round_trips: u64,
@@ -43,8 +129,8 @@ pub struct Report {
 }
 
 /// One end of a socketpair and what its handler remembers.
-struct Endpoint {
-    sock: Sock,
+struct Endpoint<S> {
+    sock: S,
     pair: usize,
     client: bool,
     state: Mutex<State>,
@@ -59,9 +145,9 @@ struct State {
 }
 
 /// Everything the threads share.
-struct Shared<B: Backend> {
+struct Shared<B: Backend, S> {
     poller: Poller<B>,
-    endpoints: Vec<Endpoint>,
+    endpoints: Vec<Endpoint<S>>,
     /// Endpoint index by token index.
     by_slot: Vec<usize>,
     tokens: Vec<Token>,
@@ -92,7 +178,7 @@ fn message(pair: usize, n: u64) -> [u8; MSG] {
     m
 }
 
-impl<B: Backend> Shared<B> {
+impl<B: Backend, S: Sock> Shared<B, S> {
     /// The handler for a delivered (readable) endpoint: reads once, answers a
     /// complete message, and re-arms unless the client has finished.
     fn handle(&self, i: usize, counts: &mut Counts) -> io::Result<()> {
@@ -100,7 +186,7 @@ impl<B: Backend> Shared<B> {
         let mut st = ep.state.lock().unwrap();
         let st = &mut *st;
         counts.reads += 1;
-        match (&ep.sock).read(&mut st.buf[st.have..]) {
+        match ep.sock.read(&mut st.buf[st.have..]) {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -166,7 +252,7 @@ impl<B: Backend> Shared<B> {
 }
 
 /// A 64-byte write to a socket with room for it completes at once.
-fn write_message(mut sock: &Sock, msg: &[u8; MSG]) -> io::Result<()> {
+fn write_message(sock: &impl Sock, msg: &[u8; MSG]) -> io::Result<()> {
     let n = sock.write(msg)?;
     if n != MSG {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
@@ -174,43 +260,25 @@ fn write_message(mut sock: &Sock, msg: &[u8; MSG]) -> io::Result<()> {
     Ok(())
 }
 
-/// A connected pair of sockets: a socketpair on Unix.
-#[cfg(unix)]
-fn connected_pair() -> io::Result<(Sock, Sock)> {
-    Sock::pair()
-}
-
-/// A connected pair of sockets: on Windows a TCP loopback pair, Nagle off.
-#[cfg(windows)]
-fn connected_pair() -> io::Result<(Sock, Sock)> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let client = Sock::connect(listener.local_addr()?)?;
-    let (echo, _) = listener.accept()?;
-    for s in [&client, &echo] {
-        s.set_nodelay(true)?;
-    }
-    Ok((client, echo))
-}
-
 /// Adds what failed to an error: `socketpair: Too many open files`.
 fn context(what: &'static str) -> impl FnOnce(io::Error) -> io::Error {
     move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-/// One run on backend `B`: `pairs` socketpairs, `threads` delivering threads,
-/// `rounds` round trips in all (rounded up to a multiple of `pairs`).
+/// One run on backend `B` with sockets `S`: `pairs` socketpairs, `threads`
+/// delivering threads, `rounds` round trips in all (rounded up to a multiple of
+/// `pairs`).
 ///
 /// # Errors
 /// Creating the poller, a socketpair or a thread failed (EMFILE, EAGAIN), or the
 /// run went wrong (a short write, an echo that differs, an early EOF).
-pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Report> {
+pub fn run<B: Backend, S: Sock>(pairs: usize, threads: usize, rounds: u64) -> io::Result<Report> {
     let poller = Poller::<B>::with_backend().map_err(context("creating the poller"))?;
     let quota = rounds.div_ceil(pairs as u64).max(1);
     let mut endpoints = Vec::with_capacity(2 * pairs);
     for pair in 0..pairs {
-        let (client, echo) = connected_pair().map_err(context("socketpair"))?;
+        let (client, echo) = S::pair().map_err(context("socketpair"))?;
         for (sock, is_client) in [(client, true), (echo, false)] {
-            sock.set_nonblocking(true)?;
             endpoints.push(Endpoint {
                 sock,
                 pair,
@@ -226,7 +294,7 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
     let mut tokens = Vec::with_capacity(endpoints.len());
     let mut by_slot = vec![0; endpoints.len()];
     for (i, ep) in endpoints.iter().enumerate() {
-        let token = poller.register(&ep.sock).map_err(context("register"))?;
+        let token = ep.sock.register(&poller).map_err(context("register"))?;
         if by_slot.len() <= token.index() {
             by_slot.resize(token.index() + 1, 0);
         }
@@ -297,6 +365,7 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
     }
     Ok(Report {
         backend: shared.poller.backend_name(),
+        kernel: S::KERNEL,
         round_trips: total.round_trips,
         elapsed,
         reads: total.reads,
@@ -308,13 +377,13 @@ pub fn run<B: Backend>(pairs: usize, threads: usize, rounds: u64) -> io::Result<
 
 #[cfg(test)]
 mod tests {
-    use super::run;
+    use super::{run, HostSock, Sock};
 
     /// A short real run on each backend that keeps its delivery exact: every round
     /// trip completes, each side reads and writes once per round trip, and no
     /// delivery finds its socket empty (a spurious wake-up).
-    fn exact<B: pollshot::Backend>() {
-        let r = run::<B>(8, 2, 4000).unwrap();
+    fn exact<B: pollshot::Backend, S: Sock>() {
+        let r = run::<B, S>(8, 2, 4000).unwrap();
         assert_eq!(r.round_trips, 4000);
         assert_eq!((r.reads, r.writes), (8000, 8000), "{}", r.backend);
         assert_eq!(r.empty_reads, 0, "{}: spurious wake-ups", r.backend);
@@ -323,18 +392,89 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn epoll_run_is_exact() {
-        exact::<pollshot::backends::Epoll>();
+        exact::<pollshot::backends::Epoll, HostSock>();
     }
 
     #[cfg(unix)]
     #[test]
     fn blocking_run_is_exact() {
-        exact::<pollshot::backends::Blocking>();
+        exact::<pollshot::backends::Blocking, HostSock>();
     }
 
     #[cfg(windows)]
     #[test]
     fn afd_run_is_exact() {
-        exact::<pollshot::backends::Afd>();
+        exact::<pollshot::backends::Afd, HostSock>();
+    }
+
+    /// The system calls of a run at one thread, exact: what the printed
+    /// figures per round trip rest on. With one thread every delivery is read
+    /// and answered before the next wait, and a socketpair's write makes its
+    /// peer readable at once, so the waits are exactly `2 R / P` (each returns
+    /// the P clients, or the P echo ends): a round trip costs 2 reads, 2 writes
+    /// and `2 / P` waits, and every delivery re-arms (a modify) but each
+    /// client's last one. Besides them: the first arm of each end (an add), and
+    /// the wake-ups at the end (the last client's notify, and the thread's
+    /// pass-on as it leaves: one or two). Where the re-arms go (riding on the
+    /// waits, or calls of their own) is the backend's: the caller checks
+    /// `ctl_calls`.
+    #[cfg(any(target_os = "linux", target_os = "android", pollshot_kqueue))]
+    fn one_thread_counts<B: pollshot::Backend, S: Sock>(pairs: u64, rounds: u64) -> super::Stats {
+        let r = run::<B, S>(pairs as usize, 1, rounds).unwrap();
+        let s = r.stats;
+        assert_eq!(r.round_trips, rounds, "{}", r.backend);
+        assert_eq!((r.reads, r.writes), (2 * rounds, 2 * rounds), "{s:?}");
+        assert_eq!(
+            s.waits,
+            2 * rounds / pairs,
+            "one wait per P deliveries: {s:?}"
+        );
+        assert_eq!(
+            (s.adds, s.modifies),
+            (2 * pairs, 2 * rounds - pairs),
+            "{s:?}"
+        );
+        assert_eq!((s.quiets, s.stale, r.empty_reads), (0, 0, 0), "{s:?}");
+        assert!((1..=2).contains(&(s.wakes + s.wake_reads)), "{s:?}");
+        s
+    }
+
+    /// kqueue at one thread: every re-arm rides on a wait, so the change-only
+    /// calls are the first arms' (an add is submitted at once): 6 system calls
+    /// per round trip at P=1 (2 of them `kevent` waits), 4.25 at P=8.
+    #[cfg(pollshot_kqueue)]
+    fn kqueue_one_thread<S: Sock>() {
+        for pairs in [1, 8] {
+            let s = one_thread_counts::<pollshot::backends::Kqueue, S>(pairs, 2000);
+            assert_eq!(s.ctl_calls, 2 * pairs, "re-arms ride on the waits: {s:?}");
+        }
+    }
+
+    /// libkqueue, a BSD or macOS.
+    #[cfg(all(pollshot_kqueue, not(pollshot_rump)))]
+    #[test]
+    fn kqueue_one_thread_counts_are_exact() {
+        kqueue_one_thread::<HostSock>();
+    }
+
+    /// The same on NetBSD kernel code: the kqueue backend on a rump kernel's
+    /// `AF_LOCAL` socketpairs (`--cfg pollshot_rump`), and the short run at two
+    /// threads.
+    #[cfg(pollshot_rump)]
+    #[test]
+    fn kqueue_on_rump_counts_are_exact() {
+        kqueue_one_thread::<pollshot::rump::RumpFd>();
+        exact::<pollshot::backends::Kqueue, pollshot::rump::RumpFd>();
+    }
+
+    /// epoll at one thread: one `epoll_ctl` per command (8 system calls per
+    /// round trip at P=1, 6.25 at P=8).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn epoll_one_thread_counts_are_exact() {
+        for pairs in [1, 8] {
+            let s = one_thread_counts::<pollshot::backends::Epoll, HostSock>(pairs, 2000);
+            assert_eq!(s.ctl_calls, s.adds + s.modifies, "{s:?}");
+        }
     }
 }
