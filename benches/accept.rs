@@ -4,7 +4,9 @@
 //!
 //! Usage: `cargo bench --bench accept [-- --threads 2,4 --clients C --millis MS --reps N]`
 //! (defaults 2,4 acceptors, 4 client threads, 1000 ms, 3 repetitions;
-//! `POLLSHOT_BENCH_QUICK=1`: 300 ms, 2 repetitions).
+//! `POLLSHOT_BENCH_QUICK=1`: 300 ms, 2 repetitions). Built with `--cfg pollshot_rump`
+//! (a NetBSD rump kernel, which has no TCP here) it refuses to run, saying why
+//! (exit 2).
 //!
 //! Clients connect, wait for the server to close (which it does right after
 //! accepting), and close with `SO_LINGER` 0 so no TIME_WAIT piles up. Through
@@ -255,6 +257,7 @@ fn impls() -> Vec<(&'static str, Runner)> {
 }
 
 fn main() {
+    common::refuse_rump_kernel("accept");
     let args = Args::parse();
     args.only(&["threads", "clients", "millis", "reps", "impl"]);
     let quick = common::quick();

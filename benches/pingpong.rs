@@ -29,6 +29,8 @@
 //! - `--reps N` (default 5), `--millis MS` per run (default 300), or `--rounds R`:
 //!   a fixed total of round trips per run instead of a duration
 //! - `POLLSHOT_BENCH_QUICK=1`: 3 repetitions of 100 ms
+//! - built with `--cfg pollshot_rump` (a NetBSD rump kernel) it refuses to run,
+//!   saying why (exit 2); the main job gives that kernel's counts
 //! - `--cpu-targets`: only `pollshot-epoll`, `epoll-hand`, `pollshot-epoll-sharded`
 //!   and `mio`, at P in {1,8,64} x T in {1,2} unless `--pairs`/`--threads` say
 //!   otherwise, and only the CPU table (below)
@@ -1150,6 +1152,7 @@ fn print_cpu_targets(all: &Results<'_>, reps: usize) {
 }
 
 fn main() {
+    common::refuse_rump_kernel("pingpong");
     let args = Args::parse();
     args.only(&[
         "pairs",

@@ -41,6 +41,8 @@
 //! - `--reps N` (default 5), `--millis MS` per measurement (default 300)
 //! - `--no-sharing`: skip the false-sharing section
 //! - `POLLSHOT_BENCH_QUICK=1`: 3 repetitions of 100 ms
+//! - built with `--cfg pollshot_rump` (a NetBSD rump kernel) it refuses to run,
+//!   saying why (exit 2); the main job gives that kernel's counts
 // Unix only (descriptors, rusage); elsewhere an empty program, so that
 // `cargo clippy --all-targets` checks on Windows.
 #![cfg_attr(not(unix), no_main)]
@@ -508,6 +510,7 @@ fn raise_nofile() -> u64 {
 }
 
 fn main() {
+    common::refuse_rump_kernel("scale");
     let args = Args::parse();
     args.only(&["n", "backend", "reps", "millis", "no-sharing"]);
     let quick = common::quick();

@@ -106,6 +106,25 @@ pub fn die(msg: &str) -> ! {
     std::process::exit(2)
 }
 
+/// Refuses a build against a NetBSD rump kernel (`--cfg pollshot_rump`):
+/// prints why and exits with status 2. There the kqueue backend's kernel is the
+/// rump kernel, whose descriptors are its own (a host socket registered with it
+/// names another descriptor or none), and a rump kernel's system calls are
+/// function calls in this process, so its timings say nothing about NetBSD. The
+/// counts of the same workload on NetBSD kernel code are the main job's. Does
+/// nothing in any other build.
+pub fn refuse_rump_kernel(bench: &str) {
+    if cfg!(pollshot_rump) {
+        die(&format!(
+            "{bench}: not run on a NetBSD rump kernel (--cfg pollshot_rump): its kqueue \
+             rows would register host sockets with the rump kernel's kqueue, and a rump \
+             kernel's timings mean nothing for NetBSD; for the system calls per round \
+             trip on NetBSD kernel code run the main job: RUSTFLAGS=\"--cfg pollshot_rump\" \
+             cargo run --release -p pingpong -- --backend kqueue (docs/testing.md)"
+        ));
+    }
+}
+
 /// Whether `POLLSHOT_BENCH_QUICK` is set to something other than `0` or empty.
 pub fn quick() -> bool {
     std::env::var("POLLSHOT_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
