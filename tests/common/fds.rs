@@ -72,38 +72,18 @@ pub trait Fd: Sized + Send + Sync + Debug + 'static {
 
     /// Writes until the descriptor would block; returns the bytes written.
     fn fill(&self) -> usize {
-        let buf = [0x5au8; 65536];
-        let mut total = 0;
-        loop {
-            match self.write(&buf) {
-                Ok(n) => total += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return total,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => panic!("fill: {e}"),
-            }
-        }
+        super::fill(Io(self))
     }
 
     /// Reads until the descriptor would block or reaches EOF; returns the bytes
     /// read.
     fn drain(&self) -> usize {
-        let mut buf = [0u8; 65536];
-        let mut total = 0;
-        loop {
-            match self.read(&mut buf) {
-                Ok(0) => return total,
-                Ok(n) => total += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return total,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => panic!("drain: {e}"),
-            }
-        }
+        super::drain(Io(self))
     }
 
     /// Whether a read would block now (nothing buffered, no EOF).
     fn would_block(&self) -> bool {
-        let mut b = [0u8; 1];
-        matches!(self.read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        super::would_block(Io(self))
     }
 
     /// Whether a write would block now, without writing: poll(2) with a zero
@@ -127,6 +107,25 @@ pub trait Fd: Sized + Send + Sync + Debug + 'static {
                 Err(e) => panic!("read: {e}"),
             }
         }
+    }
+}
+
+/// `std::io`'s view of a descriptor of either kernel, for the host helpers
+/// (`fill`, `drain`, `would_block`).
+struct Io<'a, D>(&'a D);
+
+impl<D: Fd> io::Read for Io<'_, D> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<D: Fd> io::Write for Io<'_, D> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -881,62 +881,62 @@ pub fn meaning_half_close_is_read_closed_only<B: Backend>() {
     drop(client);
 }
 
-/// Issue 8.6: a refused non-blocking connect, armed writable: writable,
-/// write-closed and error (the connect's errno is in `SO_ERROR`).
-pub fn meaning_refused_connect_is_writable_write_closed_error<B: Backend>() {
-    let p = poller::<B>();
+/// A non-blocking connect to a port nothing listens on, registered with `p`
+/// and armed for `interest`: the socket, its token and its one event.
+fn refused_connect<B: Backend>(p: &Poller<B>, interest: Interest) -> (TcpStream, Token, Event) {
     let addr = {
         let l = tcp_listener();
         v4_addr(&l) // closed when `l` drops: nothing listens there
     };
     let s = tcp_connect_nonblocking(addr);
     let t = p.register(&s).unwrap();
-    let ev = one_event(&p, t, Interest::WRITABLE);
-    assert!(
-        ev.is_writable() && ev.is_write_closed() && ev.is_error(),
-        "{ev:?}"
-    );
-    assert!(!ev.is_readable() && !ev.is_read_closed(), "{ev:?}");
-    let pending = s.take_error().unwrap().and_then(|e| e.raw_os_error());
-    if cfg!(pollshot_libkqueue) && B::NAME == "kqueue" {
-        // libkqueue reads `SO_ERROR` itself to fill the event's `fflags` when it
-        // reports the write filter's error (`evfilt_write_copyout`), and reading
-        // it clears it: the event says error, the socket has nothing pending
-        // (README, libkqueue).
-        assert_eq!(pending, None, "{ev:?}");
-    } else {
-        assert_eq!(pending, Some(libc::ECONNREFUSED));
-    }
-    p.deregister(t).unwrap();
+    let ev = one_event(p, t, interest);
+    (s, t, ev)
 }
 
-/// A refused non-blocking connect armed readable only: readable, read-closed
-/// and error, and the connect's errno stays in `SO_ERROR` for the caller, on
-/// every kernel (a BSD kernel's read filter reports `EV_EOF` with the error in
-/// `fflags`: `filt_soread`). Not on libkqueue: on `EPOLLERR` its read filter
-/// reads `SO_ERROR` itself to fill `fflags` (`evfilt_read_copyout`, as its
-/// write filter does), and the read clears it, so the caller finds nothing
-/// pending: libkqueue's artifact, not a BSD kernel's.
-pub fn meaning_refused_connect_armed_readable_is_read_closed_error<B: Backend>() {
-    let p = poller::<B>();
-    let addr = {
-        let l = tcp_listener();
-        v4_addr(&l) // closed when `l` drops: nothing listens there
-    };
-    let s = tcp_connect_nonblocking(addr);
-    let t = p.register(&s).unwrap();
-    let ev = one_event(&p, t, Interest::READABLE);
-    assert!(
-        ev.is_readable() && ev.is_read_closed() && ev.is_error(),
-        "{ev:?}"
-    );
-    assert!(!ev.is_writable(), "armed readable only: {ev:?}");
+/// The refused connect's errno is in `SO_ERROR` for the caller, on every
+/// kernel but libkqueue, which reads `SO_ERROR` itself to fill the event's
+/// `fflags` when it reports an error (on `EPOLLERR`: `evfilt_write_copyout`
+/// and `evfilt_read_copyout`), and reading it clears it: the event says error,
+/// the socket has nothing pending (docs/testing.md, "On libkqueue"; libkqueue's
+/// artifact, not a BSD kernel's, whose filters report `EV_EOF` with the error
+/// in `fflags` and leave it there: `filt_soread`, `filt_sowrite`).
+fn assert_refused_errno_kept<B: Backend>(s: &TcpStream, ev: &Event) {
     let pending = s.take_error().unwrap().and_then(|e| e.raw_os_error());
     if on_libkqueue::<B>() {
         assert_eq!(pending, None, "libkqueue read and cleared SO_ERROR: {ev:?}");
     } else {
         assert_eq!(pending, Some(libc::ECONNREFUSED), "{ev:?}");
     }
+}
+
+/// Issue 8.6: a refused non-blocking connect, armed writable: writable,
+/// write-closed and error (the connect's errno is in `SO_ERROR`).
+pub fn meaning_refused_connect_is_writable_write_closed_error<B: Backend>() {
+    let p = poller::<B>();
+    let (s, t, ev) = refused_connect(&p, Interest::WRITABLE);
+    assert!(
+        ev.is_writable() && ev.is_write_closed() && ev.is_error(),
+        "{ev:?}"
+    );
+    assert!(!ev.is_readable() && !ev.is_read_closed(), "{ev:?}");
+    assert_refused_errno_kept::<B>(&s, &ev);
+    p.deregister(t).unwrap();
+}
+
+/// A refused non-blocking connect armed readable only: readable, read-closed
+/// and error, and the connect's errno stays in `SO_ERROR` for the caller
+/// (not on libkqueue, whose read filter clears it as its write filter does:
+/// [`assert_refused_errno_kept`]).
+pub fn meaning_refused_connect_armed_readable_is_read_closed_error<B: Backend>() {
+    let p = poller::<B>();
+    let (s, t, ev) = refused_connect(&p, Interest::READABLE);
+    assert!(
+        ev.is_readable() && ev.is_read_closed() && ev.is_error(),
+        "{ev:?}"
+    );
+    assert!(!ev.is_writable(), "armed readable only: {ev:?}");
+    assert_refused_errno_kept::<B>(&s, &ev);
     p.deregister(t).unwrap();
 }
 
