@@ -841,7 +841,9 @@ impl<B: Backend> Poller<B> {
     /// `ErrorKind::Other` in a forked child before re-initialisation (which clears
     /// the shutdown: the child's poller starts anew); the kernel's error from the
     /// waker's write otherwise (not expected), with its errno. The poller is shut
-    /// down all the same: every later `deliver` returns at once.
+    /// down all the same: every later `deliver` returns at once. A `deliver`
+    /// blocked now may not have been woken: call `shutdown` again, which wakes
+    /// the kernel again after such a failure.
     pub fn shutdown(&self) -> io::Result<()> {
         self.check_fork("shutdown")?;
         self.notifies.shutdown(|| self.backend.wake())
