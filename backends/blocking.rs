@@ -105,12 +105,17 @@ impl Blocking {
     }
 
     /// Makes every waiter's poll(2) return (one pipe byte, unless one is there).
+    /// A write the kernel refused leaves no byte there: the next kick writes.
     fn kick(&self) -> io::Result<()> {
         if self.woken.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.counters.one(Count::Wake);
-        pipe::wake(&self.wake_w)
+        let r = pipe::wake(&self.wake_w);
+        if r.is_err() {
+            self.woken.store(false, Ordering::Release);
+        }
+        r
     }
 
     fn arm_in_set(
@@ -266,9 +271,9 @@ impl Driver for Blocking {
     fn delete(&self, _fd: RawFd, tag: Tag) -> Result<(), KernelError> {
         self.counters.one(Count::Delete);
         let mut set = self.set();
-        if set.regs.remove(&tag.slot).is_none() {
+        let Some(reg) = set.regs.remove(&tag.slot) else {
             return Err(KernelError::NotFound);
-        }
+        };
         if set.polling.is_empty() {
             return Ok(());
         }
@@ -277,7 +282,12 @@ impl Driver for Blocking {
         drop(set);
         // As for an arm, the byte stays in the pipe until no waiter polls a set
         // older than the current one (`wait`), so none of them can miss it.
-        self.kick().map_err(KernelError::Other)?;
+        if let Err(e) = self.kick() {
+            // Not deleted: the waiters were not told. The registration stays in
+            // the set, disarmed (the poller keeps it idle), for the retry.
+            self.set().regs.insert(tag.slot, Reg { armed: None, ..reg });
+            return Err(KernelError::Other(e));
+        }
         let mut set = self.set();
         while set.polling.iter().any(|&v| v < version) {
             set = self

@@ -52,10 +52,18 @@
 //! | errno | from | when | `kind()` |
 //! |---|---|---|---|
 //! | EBADF | `arm`, `disarm` (epoll_ctl(2), kevent(2); the poll(2) backend's first-arm check) | the descriptor is closed; for `arm` after the ENOENT→ADD fallback too (the number is free) | `Uncategorized` |
-//! | ENOMEM, ENOSPC | `arm` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
+//! | ENOMEM, ENOSPC | `arm`, `disarm`, `deregister` | kernel memory, or `max_user_watches` (epoll) | `OutOfMemory`, `StorageFull` |
 //! | EMFILE, ENFILE, ENOMEM | `Poller::new`, `reinit_after_fork` | creating the instance or its waker | `Uncategorized`, `OutOfMemory` |
 //! | EINTR | `deliver` | a signal arrived before any event | `Interrupted` |
+//! | ENOMEM | `deliver` (poll(2) backend) | poll(2) could not allocate its table | `OutOfMemory` |
+//! | EAGAIN, EBUSY, EINTR | `deliver`, `arm`, `deregister` (io_uring) | io_uring_enter(2): out of resources for the requests, completions in the overflow list, a signal | `WouldBlock`, `ResourceBusy`, `Interrupted` |
 //! | any other | any call | passed on unchanged | std's |
+//!
+//! A refusal leaves nothing half done: the registration is as it was, and the
+//! same call made again is the retry (`tests/faults` fails every system call of
+//! every backend in turn to show it). One exception is on purpose: a refused
+//! `deregister` leaves the registration registered and disarmed (nothing is
+//! delivered for it), still owing its delete, so that the retry finishes it.
 //!
 //! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
 //! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from

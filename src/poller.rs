@@ -418,6 +418,11 @@ impl<B: Backend> Poller<B> {
     /// The slot's lock is held across the kernel's delete, so a racing arm then
     /// finds the slot empty (`NotFound`). `superseded`: a new registration of the
     /// same number replaces it.
+    ///
+    /// A delete the kernel refuses (not ENOENT or EBADF) leaves a deregistration's
+    /// slot as it is, its registration disarmed and still in the kernel
+    /// (`RegState::deregister`), for the caller to deregister again; a superseded
+    /// registration's slot is emptied all the same (the number is the new one's).
     fn free(&self, slot: &mut SlotGuard<'_>, superseded: bool) -> io::Result<()> {
         let Some(entry) = slot.as_mut() else {
             return Ok(());
@@ -430,9 +435,14 @@ impl<B: Backend> Poller<B> {
             incarnation: entry.token.incarnation(),
             superseded,
         });
-        slot.vacate();
-        self.backend.registered(index, None);
-        result.map(drop).map_err(error::kernel)
+        match result {
+            Err(e) if !superseded => Err(error::kernel(e)),
+            result => {
+                slot.vacate();
+                self.backend.registered(index, None);
+                result.map(drop).map_err(error::kernel)
+            }
+        }
     }
 
     /// The state machine's kernel for `token`'s descriptor.
@@ -726,8 +736,11 @@ impl<B: Backend> Poller<B> {
     /// - `ErrorKind::NotFound`: `token` names no live registration (deregistered
     ///   twice, or superseded by a later registration of the same number).
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
-    /// - the kernel's error from `EPOLL_CTL_DEL`/`EV_DELETE` other than ENOENT and
-    ///   EBADF; the registration is removed from the table all the same.
+    /// - the kernel's refusal, with its errno: `EPOLL_CTL_DEL`'s or `EV_DELETE`'s
+    ///   other than ENOENT and EBADF (ENOMEM), io_uring's `io_uring_enter` (EAGAIN).
+    ///   Nothing is released then: the registration stays, disarmed (nothing is
+    ///   delivered for it until an arm), and `token` still names it. Call
+    ///   `deregister` again (or arm it again) once the kernel has recovered.
     pub fn deregister(&self, token: Token) -> io::Result<()> {
         self.check_fork("deregister")?;
         match self.table.lock(token.index()) {
@@ -828,7 +841,9 @@ impl<B: Backend> Poller<B> {
     /// `ErrorKind::Other` in a forked child before re-initialisation (which clears
     /// the shutdown: the child's poller starts anew); the kernel's error from the
     /// waker's write otherwise (not expected), with its errno. The poller is shut
-    /// down all the same: every later `deliver` returns at once.
+    /// down all the same: every later `deliver` returns at once. A `deliver`
+    /// blocked now may not have been woken: call `shutdown` again, which wakes
+    /// the kernel again after such a failure.
     pub fn shutdown(&self) -> io::Result<()> {
         self.check_fork("shutdown")?;
         self.notifies.shutdown(|| self.backend.wake())
@@ -975,3 +990,7 @@ impl<B: Backend> std::fmt::Debug for Poller<B> {
 #[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
 #[path = "poller_key_tests.rs"]
 mod key_tests;
+
+#[cfg(all(test, not(loom), any(target_os = "linux", target_os = "android")))]
+#[path = "refusal_tests.rs"]
+mod refusal_tests;

@@ -19,6 +19,7 @@
 //! | armed(i, g) | kernel event tagged g | none | idle; delivered |
 //! | any | event tagged g' != g | none | unchanged; dropped as stale |
 //! | in kernel | deregister | delete; ENOENT, EBADF are not errors | freed |
+//! | in kernel | deregister, delete refused | delete | idle, g+1 (still owed) |
 //! | fresh | deregister | none | freed |
 //!
 //! A refusal that means "this descriptor cannot be polled" (epoll's EPERM for regular
@@ -440,16 +441,27 @@ impl RegState {
     /// Deregister: delete from the kernel if it holds the descriptor. ENOENT and
     /// EBADF mean the kernel already dropped it (the descriptor was closed) and
     /// are not errors. Afterwards the state is fresh with a new generation.
+    ///
+    /// A delete the kernel refuses otherwise (ENOMEM; io_uring's EAGAIN) leaves
+    /// the descriptor in the kernel: the state is then idle with a new generation
+    /// (disarmed: an event of the arming in force is stale) and still owes the
+    /// delete, so that the caller can deregister again.
     pub fn deregister<K: Kernel>(&mut self, kernel: &mut K) -> Result<bool, KernelError> {
         let owed = self.in_kernel();
         self.generation = self.generation.wrapping_add(1);
-        self.set_phase(Phase::Fresh);
         if !owed {
+            self.set_phase(Phase::Fresh);
             return Ok(false);
         }
         match kernel.delete() {
-            Ok(()) | Err(KernelError::NotFound) | Err(KernelError::BadFd) => Ok(true),
-            Err(e) => Err(e),
+            Ok(()) | Err(KernelError::NotFound) | Err(KernelError::BadFd) => {
+                self.set_phase(Phase::Fresh);
+                Ok(true)
+            }
+            Err(e) => {
+                self.set_phase(Phase::Idle);
+                Err(e)
+            }
         }
     }
 
@@ -465,6 +477,10 @@ impl RegState {
 
     /// After [`forget_kernel`](Self::forget_kernel): add an armed registration to the
     /// new kernel with a new generation. Returns what [`arm`](Self::arm) returns.
+    ///
+    /// If the kernel refuses the add (ENOMEM, ENOSPC), the state is as it was
+    /// (armed), so that a retry of the re-initialisation adds it again; EBADF (the
+    /// descriptor is closed) leaves it fresh, unarmed.
     pub fn rearm_fresh<K: Kernel>(
         &mut self,
         kernel: &mut K,
@@ -472,12 +488,17 @@ impl RegState {
     ) -> Result<Armed, KernelError> {
         match self.phase() {
             Phase::Armed(interest) => {
+                let before = *self;
                 self.set_phase(if self.is_always_ready() {
                     Phase::Idle
                 } else {
                     Phase::Fresh
                 });
-                self.arm(interest, kernel, fallbacks)
+                let armed = self.arm(interest, kernel, fallbacks);
+                if matches!(&armed, Err(e) if !matches!(e, KernelError::BadFd)) {
+                    *self = before;
+                }
+                armed
             }
             _ => Ok(Armed::Unchanged),
         }
@@ -795,11 +816,27 @@ mod tests {
             assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
             assert_eq!(s.on_event(Some(3)), None);
         }
-        let mut s = armed(R, 3);
-        let mut k = Rec::answering(&[Ans::Other]);
-        assert!(matches!(s.deregister(&mut k), Err(KernelError::Other(_))));
-        assert_eq!(k.log, [Cmd::Delete]);
-        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 4));
+    }
+
+    // Row: in kernel | deregister, delete refused | delete | idle, g+1 (still owed)
+    #[test]
+    fn row_in_kernel_deregister_refused_keeps_it_for_a_retry() {
+        for s0 in [armed(R, 3), idle(3)] {
+            let mut s = s0;
+            let mut k = Rec::answering(&[Ans::Other]);
+            assert!(matches!(s.deregister(&mut k), Err(KernelError::Other(_))));
+            assert_eq!(k.log, [Cmd::Delete]);
+            // Still in the kernel, disarmed: the arming's event is stale now.
+            assert_eq!((s.phase(), s.generation()), (Phase::Idle, 4));
+            assert!(s.in_kernel());
+            assert_eq!(s.on_event(Some(3)), None);
+            // The retry deletes.
+            let mut k = Rec::default();
+            assert!(matches!(s.deregister(&mut k), Ok(true)));
+            assert_eq!(k.log, [Cmd::Delete]);
+            assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 5));
+            assert!(!s.in_kernel());
+        }
     }
 
     // Row: fresh | deregister | none | freed
@@ -844,6 +881,35 @@ mod tests {
         assert!(matches!(arm(&mut s, W, &mut k).0, Ok(Armed::Synthetic)));
         assert_eq!(k.log, [Cmd::Modify(W, 5)]);
         assert!(!s.in_kernel());
+    }
+
+    // After fork: a refused re-add leaves the registration armed, so that the
+    // retried re-initialisation adds it again; a closed descriptor leaves it fresh.
+    #[test]
+    fn fork_rearm_refused_keeps_it_armed() {
+        let mut s = armed(W, 3);
+        s.forget_kernel();
+        let mut k = Rec::answering(&[Ans::Other]);
+        let r = s.rearm_fresh(&mut k, &mut Fallbacks::default());
+        assert!(matches!(r, Err(KernelError::Other(_))));
+        assert_eq!(k.log, [Cmd::Add(W, 4)]);
+        assert_eq!(s, armed(W, 3));
+        // The retry, in the next new kernel.
+        s.forget_kernel();
+        let mut k = Rec::default();
+        let r = s.rearm_fresh(&mut k, &mut Fallbacks::default());
+        assert!(matches!(r, Ok(Armed::Kernel)));
+        assert_eq!(k.log, [Cmd::Add(W, 4)]);
+        assert_eq!((s.phase(), s.generation()), (Phase::Armed(W), 4));
+        // EBADF: closed in the child, left unarmed.
+        let mut s = armed(W, 3);
+        s.forget_kernel();
+        let r = s.rearm_fresh(
+            &mut Rec::answering(&[Ans::BadFd]),
+            &mut Fallbacks::default(),
+        );
+        assert!(matches!(r, Err(KernelError::BadFd)));
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 3));
     }
 
     #[test]

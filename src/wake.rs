@@ -53,7 +53,7 @@
 //! its system call.
 
 use crate::event::Events;
-use crate::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::io;
 use std::time::Duration;
 
@@ -92,6 +92,9 @@ pub(crate) struct Notifies {
     /// counted as waiting (`/ WAITER`: inside a `deliver` with a timeout other than
     /// zero, from entry to return).
     state: AtomicU64,
+    /// A shutdown's wake-up was refused by the kernel: the next shutdown call
+    /// wakes the kernel again ([`Notifies::shutdown`]). Only a refusal sets it.
+    unwoken: AtomicBool,
 }
 
 /// A thread counted as a waiter (see [`Notifies::waiting`]); it stops counting
@@ -142,6 +145,7 @@ impl Notifies {
     pub(crate) fn new() -> Notifies {
         Notifies {
             state: AtomicU64::new(0),
+            unwoken: AtomicBool::new(false),
         }
     }
 
@@ -211,10 +215,22 @@ impl Notifies {
     /// Returns `wake`'s error (the bit stays set: later delivers still return).
     pub(crate) fn shutdown<E>(&self, wake: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
         let before = self.state.fetch_or(SHUTDOWN, SeqCst);
-        if before & SHUTDOWN == 0 && waiters_in(before) > 0 {
-            wake()?;
+        if waiters_in(before) > 0 && (before & SHUTDOWN == 0 || self.unwoken.swap(false, SeqCst)) {
+            self.shutdown_wake(wake)?;
         }
         Ok(())
+    }
+
+    /// [`shutdown`](Self::shutdown)'s wake-up of the waiters counted. If the
+    /// kernel refuses it, the next `shutdown` call (the caller's retry) wakes
+    /// again: the bit is set for good, and a waiter blocked in the kernel would
+    /// otherwise never see it.
+    #[inline(never)]
+    fn shutdown_wake<E>(&self, wake: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        wake().map_err(|e| {
+            self.unwoken.store(true, SeqCst);
+            e
+        })
     }
 
     /// Whether the poller is shut down (a `deliver` that is not counted as a
@@ -672,6 +688,29 @@ mod tests {
         m.shutdown(wake).unwrap();
         assert_eq!(wakes.get(), 1);
         assert!(m.is_shutdown());
+    }
+
+    /// A shutdown whose wake-up the kernel refused is shut down, and its retry
+    /// wakes the kernel (a waiter blocked there would not see the bit otherwise);
+    /// once a wake-up went through, a further shutdown changes nothing again.
+    /// On the old code the retry woke nothing: the blocked waiters slept on
+    /// (found by `tests/faults` on libkqueue, its waker write failed with EINTR).
+    #[test]
+    fn a_shutdown_whose_wake_up_failed_wakes_again_when_retried() {
+        let n = Notifies::new();
+        let wakes = Cell::new(0);
+        let (a, _) = n.waiting();
+        assert_eq!(n.shutdown(|| Err::<(), _>("refused")), Err("refused"));
+        assert!(n.is_shutdown());
+        let wake = || -> Result<(), ()> {
+            wakes.set(wakes.get() + 1);
+            Ok(())
+        };
+        n.shutdown(wake).unwrap();
+        assert_eq!(wakes.get(), 1, "the retry wakes the kernel");
+        n.shutdown(wake).unwrap();
+        assert_eq!(wakes.get(), 1, "after a wake-up went through: nothing");
+        drop(a);
     }
 
     #[test]

@@ -155,12 +155,20 @@ impl Kqueue {
             return Ok(());
         }
         self.counters.one(Count::Wake);
-        let r = match &self.waker {
-            Waker::User => {
-                let mut none: [MaybeUninit<KEvent>; 0] = [];
-                sys::call(self.kq(), &[sys::user_waker(true)], &mut none, None).map(drop)
+        let r = loop {
+            let r = match &self.waker {
+                Waker::User => {
+                    let mut none: [MaybeUninit<KEvent>; 0] = [];
+                    sys::call(self.kq(), &[sys::user_waker(true)], &mut none, None).map(drop)
+                }
+                Waker::Pipe { write, .. } => sys::wake_pipe(write),
+            };
+            // A trigger is idempotent: EINTR (libkqueue's eventfd write; a
+            // kernel's change-only call does not wait) triggers again.
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
             }
-            Waker::Pipe { write, .. } => sys::wake_pipe(write),
         };
         if r.is_err() {
             self.woken.store(false, SeqCst);

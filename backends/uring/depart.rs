@@ -108,11 +108,8 @@ impl Ring {
         }
         g.kicked = true;
         self.counters.one(Count::Wake);
-        // EAGAIN: the counter is at its maximum; the poll fires all the same.
-        if let Err(e) = rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
-            if e != rustix::io::Errno::AGAIN {
-                g.kicked = false;
-            }
+        if self.write_waker().is_err() {
+            g.kicked = false;
         }
     }
 

@@ -123,7 +123,7 @@ impl Ring {
             // The leader returns, finds nothing to deliver, and enters again,
             // submitting what was queued from its own, live, thread.
             self.counters.one(Count::Wake);
-            let _ = rustix::io::write(&self.waker, &1u64.to_ne_bytes());
+            let _ = self.write_waker();
         }
     }
 }

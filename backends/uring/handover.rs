@@ -326,15 +326,13 @@ impl Ring {
             return Ok(());
         }
         self.counters.one(Count::Wake);
-        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
-            // EAGAIN: the counter is at its maximum; the poll fires for readability
-            // all the same.
-            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+        match self.write_waker() {
+            Ok(()) => Ok(()),
             Err(e) => {
                 let mut g = self.lock();
                 g.kicked = false;
                 g.woken = false;
-                Err(e.into())
+                Err(e)
             }
         }
     }

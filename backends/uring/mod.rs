@@ -223,8 +223,8 @@ use std::time::Duration;
 /// wait to look takes. With no waiter blocked it costs no system call; with a
 /// follower waiting, a futex wake; with only the leader blocked in the
 /// kernel, one eventfd write, which completes the eventfd's multishot
-/// `IORING_OP_POLL_ADD` (one completion per write, never read back). A wait that was
-/// not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
+/// `IORING_OP_POLL_ADD` (one completion per write; read back only to empty a full
+/// counter). A wait that was not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
 /// ring itself would also need one `io_uring_enter` per wake-up of a blocked
 /// leader; the eventfd was kept as the simpler of two equal costs, not measured.)
 ///

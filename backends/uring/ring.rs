@@ -357,6 +357,24 @@ impl Ring {
         self.shared.lock()
     }
 
+    /// One write to the waker eventfd, which completes its multishot poll once:
+    /// EINTR is retried, and a full counter (EAGAIN, which no write would then
+    /// complete the poll with) is read back to 0 and written again.
+    pub(super) fn write_waker(&self) -> io::Result<()> {
+        loop {
+            match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    // Another writer's reset may have emptied it first: either
+                    // way the next write completes the poll.
+                    let _ = rustix::io::read(&self.waker, &mut [0u8; 8]);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Pushes under the mutex; a push that had to submit a full queue is counted.
     /// A poll request of a slot counts in the slot's `inflight` from here.
     #[inline(always)]
