@@ -658,3 +658,40 @@ fn capacity_1_serves_every_ready_registration() {
     want.sort();
     assert_eq!(seen, want, "each of the 4 once, in 4 delivers");
 }
+
+/// Portable code needs no `cfg` around `register_exclusive`: it exists on
+/// Windows, and refuses as on Unix, with the way out in its message.
+#[test]
+fn register_exclusive_is_refused_with_unsupported() {
+    let p = Poller::new().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let e = p.register_exclusive(&listener).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("register_exclusive") && msg.contains("share one Poller"),
+        "{msg}"
+    );
+    assert!(!msg.contains("EPOLL_CTL_MOD"), "Windows' own reason: {msg}");
+    assert!(p.is_empty(), "nothing registered");
+}
+
+/// `Interest::PRIORITY` is refused with Windows' reason (not kqueue's), and the
+/// registration is left as it was: a plain READABLE arm works after it.
+#[test]
+fn priority_is_refused_with_windows_reason() {
+    let p = Poller::new().unwrap();
+    let (mut a, b) = tcp_pair();
+    let t = p.register(&b).unwrap();
+    let e = p
+        .arm(t, Interest::READABLE | Interest::PRIORITY)
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("AFD_POLL_RECEIVE_EXPEDITED"), "{msg}");
+    assert!(!msg.contains("kqueue"), "{msg}");
+    p.arm(t, Interest::READABLE).unwrap();
+    a.write_all(b"x").unwrap();
+    one_event(&p, t);
+    p.deregister(t).unwrap();
+}
