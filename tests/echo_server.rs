@@ -16,6 +16,10 @@ mod echo_server;
 mod common;
 #[cfg(unix)]
 use common::close_with_reset;
+#[cfg(windows)]
+mod windows_common;
+#[cfg(windows)]
+use windows_common::close_with_reset;
 
 use echo_server::{Config, Counters, Graveyard, Server};
 use pollshot::Poller;
@@ -25,31 +29,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Closes `s` with a reset: `SO_LINGER` with a zero timeout, then the close
-/// (Winsock's `closesocket` then aborts the connection).
-#[cfg(windows)]
-fn close_with_reset(s: TcpStream) {
-    use std::os::windows::io::AsRawSocket;
-    use windows_sys::Win32::Networking::WinSock::{setsockopt, LINGER, SOL_SOCKET, SO_LINGER};
-    let linger = LINGER {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `linger` is a valid LINGER and the length passed is its size; the
-    // socket is open (borrowed from `s`).
-    let rc = unsafe {
-        setsockopt(
-            s.as_raw_socket() as usize,
-            SOL_SOCKET,
-            SO_LINGER,
-            (&linger as *const LINGER).cast(),
-            std::mem::size_of::<LINGER>() as i32,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-    drop(s);
-}
 
 /// A read or write that takes this long means a hang: the test fails.
 const HANG: Duration = Duration::from_secs(60);
@@ -79,6 +58,16 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Two workers, 16 KiB of backpressure, and these deadlines.
+fn config(idle: Duration, first_byte: Duration) -> Config {
+    Config {
+        threads: 2,
+        idle,
+        first_byte,
+        max_buffered: 16 * 1024,
     }
 }
 
@@ -275,12 +264,11 @@ fn hundreds_of_connections_every_byte_echoed_with_resets_and_half_closes() {
     const THREADS: u64 = 8;
     const CONNS: usize = 40;
     const BACKPRESSURE: u64 = 2;
-    let server = Arc::new(start(Config {
-        threads: 2,
-        idle: Duration::from_secs(600), // no deadline fires under this load
-        first_byte: Duration::from_secs(600),
-        max_buffered: 16 * 1024,
-    }));
+    // No deadline fires under this load.
+    let server = Arc::new(start(config(
+        Duration::from_secs(600),
+        Duration::from_secs(600),
+    )));
     let addr = server.local_addr().unwrap();
 
     let mut clients: Vec<_> = (0..THREADS)
@@ -350,12 +338,10 @@ fn shut_down_and_check_freed(server: Server) {
 #[test]
 fn deadlines_close_idle_and_silent_connections() {
     let _dog = Watchdog::new("deadlines");
-    let server = start(Config {
-        threads: 2,
-        idle: Duration::from_millis(200),
-        first_byte: Duration::from_millis(200),
-        max_buffered: 16 * 1024,
-    });
+    let server = start(config(
+        Duration::from_millis(200),
+        Duration::from_millis(200),
+    ));
     let addr = server.local_addr().unwrap();
     // Five talk once as soon as they are connected, then go idle; five stay
     // silent, closed by their first-byte deadline.
@@ -388,12 +374,7 @@ fn deadlines_close_idle_and_silent_connections() {
 #[test]
 fn silent_connections_close_at_their_first_byte_deadline_while_a_talker_stays() {
     let _dog = Watchdog::new("first_byte_deadline");
-    let server = start(Config {
-        threads: 2,
-        idle: Duration::from_secs(600),
-        first_byte: Duration::from_millis(100),
-        max_buffered: 16 * 1024,
-    });
+    let server = start(config(Duration::from_secs(600), Duration::from_millis(100)));
     let addr = server.local_addr().unwrap();
     let mut talker = connect(addr);
     let mut one = [0; 1];
@@ -517,12 +498,7 @@ fn tcp_pair() -> (TcpStream, TcpStream) {
 fn the_sweeper_closes_connections_that_workers_are_handling() {
     let _dog = Watchdog::new("sweep_races");
     for trial in 0..20u64 {
-        let server = start(Config {
-            threads: 2,
-            idle: Duration::from_millis(2),
-            first_byte: Duration::from_secs(600),
-            max_buffered: 16 * 1024,
-        });
+        let server = start(config(Duration::from_millis(2), Duration::from_secs(600)));
         let addr = server.local_addr().unwrap();
         let clients: Vec<_> = (0..32u64)
             .map(|c| {

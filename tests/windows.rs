@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use windows_common::{delta, notify_and_see_nothing, one, tcp_pair, until_waiters, LONG, TRIALS};
+use windows_common::{
+    close_with_reset, delta, notify_and_see_nothing, one, tcp_pair, until_waiters, LONG, TRIALS,
+};
 
 /// One delivery, which must be for `token`.
 fn one_event(p: &Poller, token: Token) -> pollshot::Event {
@@ -267,28 +269,6 @@ fn peer_close_is_read_closed() {
     drop(a);
     let ev = one_event(&p, t);
     assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
-}
-
-/// Closes `s` with a reset: SO_LINGER on with a zero timeout, then close.
-fn close_with_reset(s: TcpStream) {
-    use windows_sys::Win32::Networking::WinSock::{setsockopt, LINGER, SOL_SOCKET, SO_LINGER};
-    let linger = LINGER {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `s` is an open socket; the option buffer is the local `linger`,
-    // its size given.
-    let r = unsafe {
-        setsockopt(
-            s.as_raw_socket() as usize,
-            SOL_SOCKET,
-            SO_LINGER,
-            &linger as *const LINGER as *const u8,
-            std::mem::size_of::<LINGER>() as i32,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt SO_LINGER");
-    drop(s);
 }
 
 #[test]
