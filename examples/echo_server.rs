@@ -33,7 +33,8 @@
 //! - stopping every worker with one `Poller::shutdown` ([`Server::shutdown`]).
 //!
 //! `tests/echo_server.rs` runs it under a few hundred connections and checks
-//! every byte, on every Unix backend and on Windows.
+//! every byte, on the default backend (epoll on Linux; poll(2) when forced) and
+//! on Windows.
 
 use pollshot::{Events, Interest, Poller, Token};
 use std::collections::HashMap;

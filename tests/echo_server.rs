@@ -1,8 +1,9 @@
 //! The guide's server (`examples/echo_server.rs`) under load: a few hundred
 //! connections from threads of clients on loopback, every byte checked, resets and
 //! half-closes among them; its deadlines kept by the sweeper, every connection's
-//! state freed once, and its shutdown. The same tests run on every Unix backend
-//! and, for Windows, under wine (AFD).
+//! state freed once, and its shutdown. The same tests run on the default backend
+//! (in CI: epoll, and poll(2) forced, on x86_64 and i686) and, for Windows,
+//! under wine (AFD).
 //!
 //! No timing decides a result: waits are for conditions (a byte, an EOF, a
 //! counter), and a watchdog only turns a hang into a failure.
