@@ -19,9 +19,10 @@
 #    after which the crashed test binary often exits with status 0, so cargo
 #    alone would report the crash as a pass.
 #
-# wine's services (winedevice.exe) inherit the command's stdout and hold it open
-# until the server stops, so pipe this script's output (`.ci/wine.sh ... | tail`),
-# never a pipeline inside COMMAND: that one would wait for the server.
+# wine's services (winedevice.exe) inherit the stdout of the program that
+# started them and hold it open until the server stops: this script starts them
+# first, on /dev/null. Still pipe this script's output (`.ci/wine.sh ... | tail`),
+# never a pipeline inside COMMAND.
 #
 # Needs: wine (Debian's wine and wine64 8.0), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)
 # and the rustup target x86_64-pc-windows-gnu. Exits with the command's status.
@@ -60,6 +61,11 @@ cp -f "$dll" "$sys32/bcryptprimitives.dll"
 
 wineserver -p
 trap 'wineserver -k 2>/dev/null || true' EXIT
+# The first program of the server's life starts wine's services, which inherit
+# its output and hold it open until the server stops: start them here, on
+# /dev/null, so that no later program's output (a doctest's pipe to rustdoc)
+# stays open after that program exits.
+wine cmd /c exit </dev/null >/dev/null 2>&1 || die "wine cannot start a program"
 # The command writes to a file (never a pipe, which wine's services would hold
 # open), printed while it runs and searched for crashes after.
 log="$dir/output.$$.log"

@@ -31,6 +31,11 @@
 //! - `POLLSHOT_BENCH_QUICK=1`: 3 repetitions of 100 ms
 //! - built with `--cfg pollshot_rump` (a NetBSD rump kernel) it refuses to run,
 //!   saying why (exit 2); the main job gives that kernel's counts
+//! - `--chart FILE`: also draw an SVG chart of the grid to FILE (round trips per
+//!   second and CPU per round trip; pollshot on the default backend beside the
+//!   hand-written loop, mio and polling: the implementations of those that ran;
+//!   `benches/common/chart.rs`). `docs/pingpong.svg` is made by
+//!   `cargo bench --bench pingpong -- --impl pollshot-epoll,epoll-hand,mio,polling --chart docs/pingpong.svg`
 //! - `--cpu-targets`: only `pollshot-epoll`, `epoll-hand`, `pollshot-epoll-sharded`
 //!   and `mio`, at P in {1,8,64} x T in {1,2} unless `--pairs`/`--threads` say
 //!   otherwise, and only the CPU table (below)
@@ -44,13 +49,15 @@
 //! trip: `pollshot-epoll` over `epoll-hand` (target at most 1.02x) and, at T >= 2,
 //! `pollshot-epoll-sharded` against `mio` (target: no more CPU than mio), each
 //! marked ok or MISS, with each median's spread.
-// Unix only (descriptors, rusage); elsewhere an empty program, so that
-// `cargo clippy --all-targets` checks on Windows.
-#![cfg_attr(not(unix), no_main)]
+// Unix only (descriptors, rusage): the bench's entry (`benches/entry/`) compiles
+// this module on Unix only, and elsewhere says the bench cannot run there.
 #![cfg(unix)]
 
 #[path = "common/mod.rs"]
 mod common;
+
+#[path = "common/chart.rs"]
+mod chart;
 
 use common::{cpu_time, die, median, per, ratio, Args};
 use pollshot::{Backend, Events, Interest, Poller, Token};
@@ -1151,7 +1158,8 @@ fn print_cpu_targets(all: &Results<'_>, reps: usize) {
     println!("{ok} of {cells} CPU targets met");
 }
 
-fn main() {
+/// The bench (its entry in `benches/entry/` calls it).
+pub fn main() {
     common::refuse_rump_kernel("pingpong");
     let args = Args::parse();
     args.only(&[
@@ -1163,6 +1171,7 @@ fn main() {
         "rounds",
         "list",
         "cpu-targets",
+        "chart",
     ]);
     let cpu_targets = args.flag("cpu-targets");
     if cpu_targets && args.get("impl").is_some() {
@@ -1262,5 +1271,68 @@ fn main() {
             print_targets(&results);
         }
         print_cpu_targets(&results, reps);
+    }
+    if let Some(path) = args.get("chart") {
+        write_chart(path, &results, reps, millis, rounds);
+    }
+}
+
+/// `--chart FILE`: the grid's medians as an SVG chart (`benches/common/chart.rs`).
+fn write_chart(path: &str, results: &Results<'_>, reps: usize, millis: u64, rounds: Option<u64>) {
+    let pollshot = format!(
+        "pollshot-{}",
+        Poller::new().map_or("?", |p| p.backend_name())
+    );
+    let wanted = [pollshot.as_str(), "epoll-hand", "mio", "polling"];
+    let series: Vec<&str> = wanted
+        .into_iter()
+        .filter(|name| {
+            results
+                .iter()
+                .any(|(_, rows)| rows.iter().any(|(n, _)| n == name))
+        })
+        .collect();
+    let groups: Vec<chart::Group> = results
+        .iter()
+        .map(|&((p, t), ref rows)| chart::Group {
+            label: format!("P={p} T={t}"),
+            values: series
+                .iter()
+                .map(|name| {
+                    rows.iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, s)| (s.rate, s.cpu_us))
+                })
+                .collect(),
+        })
+        .collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "CPU model unknown".into());
+    let notes = [
+        format!("cargo bench --bench pingpong -- {}", args.join(" ")),
+        format!(
+            "{}; {cpu}; {reps} interleaved repetitions of {} per bar",
+            common::machine(),
+            match rounds {
+                Some(r) => format!("{r} round trips"),
+                None => format!("{millis} ms"),
+            }
+        ),
+    ];
+    let title = "pingpong: 64-byte round trips on P socketpairs, T threads on one poller";
+    match chart::write(std::path::Path::new(path), title, &notes, &series, &groups) {
+        Ok(()) => println!("chart: {path} ({})", series.join(", ")),
+        Err(e) => die(&format!("--chart {path}: {e}")),
     }
 }

@@ -1,6 +1,7 @@
 //! echo_server: a multi-threaded TCP echo server on one shared [`Poller`], the
 //! server that the guide (`pollshot::guide`, "Writing a runtime on pollshot")
-//! walks through.
+//! walks through. The same code runs on Linux, the BSDs, macOS, illumos and
+//! Windows: no `cfg`.
 //!
 //! ```text
 //! cargo run --release --example echo_server [-- --threads T --port PORT --idle-ms MS --first-byte-ms MS --seconds S]
@@ -20,24 +21,28 @@
 //! - one poller shared by every worker; each event reaches exactly one worker,
 //!   and a delivery disarms its registration, so the worker that got it owns the
 //!   connection until it arms it again ([`Shared::on_conn`]);
-//! - per-connection deadlines from a timer heap of its own, owned by one waiting
-//!   worker at a time, and a `notify` that cuts a blocked `deliver` short when a
-//!   sooner deadline is pushed ([`Timers`]);
+//! - a key per registration: a pointer to the connection's state
+//!   (`Arc::into_raw`), so an event leads to its connection with no lookup
+//!   ([`Shared::add_conn`], [`Conn::from_key`]);
 //! - write backpressure by arming `WRITABLE` only ([`Shared::drive`]);
-//! - the close rules: out of the runtime's table, deregister, then close
-//!   ([`Shared::close`]);
-//! - shutdown of every worker with a stop flag and notifies ([`Server::shutdown`]).
+//! - deadlines (idle, first byte) kept by a sweeper thread, which closes a
+//!   connection that another thread may be handling without a use-after-free:
+//!   the key's reference outlives every event taken before the deregister
+//!   ([`Shared::sweep`], [`Graveyard`]);
+//! - the close rules: deregister, then close ([`Shared::close`]);
+//! - stopping every worker with one `Poller::shutdown` ([`Server::shutdown`]).
 //!
 //! `tests/echo_server.rs` runs it under a few hundred connections and checks
-//! every byte.
+//! every byte, on the default backend (epoll on Linux; poll(2) when forced) and
+//! on Windows.
 
 use pollshot::{Events, Interest, Poller, Token};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -49,9 +54,7 @@ pub struct Config {
     /// A connection with no traffic (no byte read or written) for this long is
     /// closed.
     pub idle: Duration,
-    /// A new connection must send its first byte within this. Shorter than `idle`,
-    /// so a new connection's deadline can be sooner than the one a worker is
-    /// waiting for: that worker's `deliver` must be cut short.
+    /// A new connection must send its first byte within this.
     pub first_byte: Duration,
     /// Bytes read and not yet echoed, per connection, past which the server stops
     /// reading from it (backpressure) until its peer takes some.
@@ -69,6 +72,16 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// How often the sweeper looks for connections past their deadline: a
+    /// quarter of the shorter deadline, between 1 ms and 1 s. A deadline is kept
+    /// to within this.
+    pub fn sweep_period(&self) -> Duration {
+        let shorter = self.idle.min(self.first_byte);
+        (shorter / 4).clamp(Duration::from_millis(1), Duration::from_secs(1))
+    }
+}
+
 /// What the server did, counted as it happened.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -80,19 +93,19 @@ pub struct Counters {
     /// Connections closed on an error: a reset (ECONNRESET), a write to a peer
     /// that is gone (EPIPE).
     pub closed_error: AtomicU64,
-    /// Connections closed by their deadline (idle, or no first byte).
+    /// Connections closed by the sweeper: idle, or no first byte in time.
     pub closed_deadline: AtomicU64,
     /// Connections closed by the shutdown.
     pub closed_shutdown: AtomicU64,
+    /// Connection states freed (their last reference dropped): equal to
+    /// `accepted` once the server is shut down.
+    pub freed: AtomicU64,
     /// Times a connection's buffer filled, so that it stopped reading and armed
     /// `WRITABLE` only.
     pub paused: AtomicU64,
     /// Events after which the connection's handler neither read nor wrote a byte,
     /// nor closed it: spurious wake-ups. A spinning registration would count here.
     pub wasted: AtomicU64,
-    /// Notifies sent because a pushed deadline was sooner than the timeout the
-    /// timers' owner waits with.
-    pub timer_notifies: AtomicU64,
 }
 
 impl Counters {
@@ -119,10 +132,14 @@ fn bump(counter: &AtomicU64) {
 pub struct Server {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<io::Result<()>>>,
+    sweeper: JoinHandle<()>,
+    /// Dropped to stop the sweeper.
+    stop_sweeper: mpsc::Sender<()>,
 }
 
 impl Server {
-    /// Binds `addr`, registers the listener and starts `config.threads` workers.
+    /// Binds `addr`, registers the listener and starts `config.threads` workers
+    /// and the sweeper.
     ///
     /// A poller belongs to the process that made it: a server that forks (to
     /// daemonize, or to run one process per core) forks first and starts its
@@ -133,30 +150,39 @@ impl Server {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let poller = Poller::new()?;
-        let listener_token = poller.register(&listener)?;
+        let listener_token = poller.register(&listener)?; // key 0: no connection
         let shared = Arc::new(Shared {
             poller,
             listener,
             listener_token,
-            conns: Mutex::new(Vec::new()),
-            timers: Mutex::new(Timers::default()),
-            stop: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            passes: (0..config.threads).map(|_| AtomicU64::new(0)).collect(),
+            graveyard: Mutex::new(Graveyard::default()),
             config,
-            counters: Counters::default(),
+            counters: Arc::new(Counters::default()),
         });
-        // Registered before the first arm, as the table entry of a connection is
-        // made before its first arm: another worker may take the event before
-        // `arm` returns.
         shared.poller.arm(listener_token, Interest::READABLE)?;
         let workers = (0..config.threads)
             .map(|i| {
                 let shared = Arc::clone(&shared);
                 thread::Builder::new()
                     .name(format!("echo-worker-{i}"))
-                    .spawn(move || shared.worker())
+                    .spawn(move || shared.worker(i))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Server { shared, workers })
+        let (stop_sweeper, stopped) = mpsc::channel();
+        let sweeper = {
+            let shared = Arc::clone(&shared);
+            thread::Builder::new()
+                .name("echo-sweeper".into())
+                .spawn(move || shared.sweeper(stopped))?
+        };
+        Ok(Server {
+            shared,
+            workers,
+            sweeper,
+            stop_sweeper,
+        })
     }
 
     /// The address the listener is bound to.
@@ -164,69 +190,82 @@ impl Server {
         self.shared.listener.local_addr()
     }
 
-    /// What the server did so far.
-    pub fn counters(&self) -> &Counters {
+    /// What the server did so far (a handle that outlives the server, to read
+    /// `freed` after the shutdown).
+    pub fn counters(&self) -> &Arc<Counters> {
         &self.shared.counters
     }
 
-    /// Stops every worker, then closes every connection left (deregistered first)
-    /// and the listener. Returns the first error a worker stopped on.
+    /// Stops every worker and the sweeper, then closes every connection left
+    /// (deregistered first) and the listener. Returns the first error a worker
+    /// stopped on.
     ///
-    /// The stop flag is set, then one `notify` per worker. Notifies are counted,
-    /// but they coalesce beyond the number of workers blocked in `deliver`: two
-    /// notifies sent while both workers are busy end only one later `deliver`. So
-    /// each worker that sees the flag and exits notifies once more: the one whose
-    /// notify was merged is woken by the worker that exited before it.
+    /// One `Poller::shutdown` ends every `deliver`, blocked in the kernel or
+    /// about to block, and every later one: each worker sees
+    /// `Events::is_shutdown` and leaves its loop. (A stop flag and a notify per
+    /// worker would not do: notifies coalesce beyond the number of workers
+    /// blocked, so a worker busy when they were sent could block for good.)
     pub fn shutdown(self) -> io::Result<()> {
         let shared = &self.shared;
-        shared.stop.store(true, Ordering::SeqCst);
-        for _ in 0..self.workers.len() {
-            shared.poller.notify()?;
-        }
-        let mut first_error = Ok(());
+        let mut first_error = shared.poller.shutdown();
         for worker in self.workers {
             let result = worker.join().expect("a worker panicked");
             if first_error.is_ok() {
                 first_error = result;
             }
         }
-        // No worker runs any more: what is left in the table is ours.
-        let left: Vec<_> = lock(&shared.conns).iter().flatten().cloned().collect();
-        for (_, conn) in left {
-            let mut conn = lock(&conn);
-            if conn.stream.is_some() {
-                shared.close(&mut conn, &shared.counters.closed_shutdown)?;
+        drop(self.stop_sweeper);
+        self.sweeper.join().expect("the sweeper panicked");
+        // No worker and no sweeper runs: what is left is ours, and no event is in
+        // anyone's hands, so every key's reference is released at once.
+        let left: Vec<_> = lock(&shared.conns).values().cloned().collect();
+        for conn in left {
+            let mut state = lock(&conn.state);
+            if state.stream.is_some() {
+                let why = &shared.counters.closed_shutdown;
+                let closed = shared.close(&conn, &mut state, why, Release::Now);
+                first_error = first_error.and(closed);
             }
         }
-        shared.poller.deregister(shared.listener_token)?;
-        first_error
+        for key in lock(&shared.graveyard).drain() {
+            // SAFETY: the key's reference was kept for a worker that may have held
+            // its event; no worker runs any more.
+            unsafe { Conn::release_key(key) };
+        }
+        first_error.and(shared.poller.deregister(shared.listener_token))
     }
 }
 
-/// What the workers share.
+/// What the workers and the sweeper share.
 struct Shared {
     poller: Poller,
     listener: TcpListener,
     listener_token: Token,
-    /// The runtime's own table: a connection's token and state at its token's
-    /// index (the descriptor number). An entry is current for an event only if its
-    /// token equals the event's: the number may have been closed and reused since.
-    /// (Lock order: a connection, then this table; never the other way round.)
-    conns: Mutex<Table>,
-    timers: Mutex<Timers>,
-    stop: AtomicBool,
+    /// Every open connection, for the sweeper and the shutdown. An event finds
+    /// its connection by its key, never here. (Lock order: a connection, then
+    /// this map.)
+    conns: Mutex<HashMap<Token, Arc<Conn>>>,
+    /// Per worker: how many times it has entered `deliver` (see [`Graveyard`]).
+    passes: Vec<AtomicU64>,
+    graveyard: Mutex<Graveyard>,
     config: Config,
-    counters: Counters,
+    counters: Arc<Counters>,
 }
 
-/// The runtime's table of connections, by descriptor number.
-type Table = Vec<Option<(Token, Arc<Mutex<Conn>>)>>;
-
-/// One connection.
+/// One connection's state. The registration's key is a pointer to it, holding
+/// one reference of its own (`Arc::into_raw`); a worker handling an event takes
+/// a reference of its own from the key ([`Conn::from_key`]).
 struct Conn {
-    token: Token,
-    /// `None` once closed: another worker that looked the connection up before the
-    /// close finds it so when it gets the lock.
+    /// Set once, before the first arm: the key exists before the token.
+    token: OnceLock<Token>,
+    state: Mutex<ConnState>,
+    /// For `Counters::freed`.
+    counters: Arc<Counters>,
+}
+
+struct ConnState {
+    /// `None` once closed: a worker that took an event before the close finds it
+    /// so when it gets the lock.
     stream: Option<TcpStream>,
     /// Read, not yet echoed.
     pending: Vec<u8>,
@@ -236,10 +275,65 @@ struct Conn {
     paused: bool,
     /// Whether any byte came from the peer (the first-byte deadline is over).
     greeted: bool,
-    /// When the connection is closed if nothing happens. The timer heap may hold
-    /// an earlier entry for it: an entry that finds the deadline moved on is
-    /// pushed again for the new time (activity costs no heap operation).
+    /// When the sweeper closes the connection if nothing happens before.
     deadline: Instant,
+}
+
+impl Conn {
+    fn token(&self) -> Token {
+        *self.token.get().expect("set before the first arm")
+    }
+
+    /// The registration's key: a reference to `conn` that the registration owns
+    /// until [`Shared::close`] releases it.
+    fn into_key(conn: Arc<Conn>) -> usize {
+        Arc::into_raw(conn) as usize
+    }
+
+    /// A reference of the caller's own, from an event's key.
+    ///
+    /// # Safety
+    /// The key's reference must not have been released: its event was taken
+    /// before the key was handed to [`Conn::release_key`] by [`Shared::close`]
+    /// with `Release::Now` (only the thread holding the event does that), or
+    /// the key waits in the [`Graveyard`].
+    unsafe fn from_key(key: usize) -> Arc<Conn> {
+        let conn = key as *const Conn;
+        // SAFETY: the key's reference keeps the state alive (the caller's
+        // promise); a second reference is made from it.
+        unsafe {
+            Arc::increment_strong_count(conn);
+            Arc::from_raw(conn)
+        }
+    }
+
+    /// Drops the key's reference.
+    ///
+    /// # Safety
+    /// Once per key, when no thread can take an event carrying it any more.
+    unsafe fn release_key(key: usize) {
+        // SAFETY: the reference `into_key` made, released once (the caller's
+        // promise).
+        drop(unsafe { Arc::from_raw(key as *const Conn) });
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        bump(&self.counters.freed);
+    }
+}
+
+/// Who releases a closed connection's key.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Release {
+    /// The closing thread holds the registration's only event (a delivery
+    /// disarmed it and nothing armed it since), or no worker runs: no other
+    /// thread can hold the key.
+    Now,
+    /// The closing thread is not the one holding an event: a worker may have
+    /// taken one just before the deregister, and is about to use the key.
+    AfterGrace,
 }
 
 /// What a connection waits for next.
@@ -254,47 +348,38 @@ enum CloseReason {
 }
 
 impl Shared {
-    /// A worker: deliver, handle, repeat, until the stop flag.
-    fn worker(&self) -> io::Result<()> {
+    /// A worker: deliver, handle, repeat, until the poller is shut down.
+    fn worker(&self, me: usize) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
-        let result = self.worker_loop(&mut events);
-        if let Err(e) = &result {
-            eprintln!("echo_server: a worker stops: {e}");
-        }
-        // Pass the stop on (see `Server::shutdown`), also when this worker stops
-        // on an error.
-        self.poller.notify()?;
-        result
-    }
-
-    fn worker_loop(&self, events: &mut Events) -> io::Result<()> {
-        while !self.stop.load(Ordering::SeqCst) {
-            // Deadlines first: what is due now, and how long this worker may
-            // block (only the worker that owns the timers blocks with a timeout).
-            let now = Instant::now();
-            let (due, timeout, ownership) = lock(&self.timers).before_wait(now);
-            for token in due {
-                self.on_deadline(token, now)?;
-            }
-            let delivered = self.poller.deliver(events, timeout);
-            lock(&self.timers).after_wait(ownership);
-            match delivered {
+        loop {
+            // Every event of the last batch is handled: a key released from here
+            // on cannot be in this worker's hands (`Graveyard`).
+            self.passes[me].fetch_add(1, Ordering::SeqCst);
+            match self.poller.deliver(&mut events, None) {
                 Ok(_) => {}
-                // A signal: go round (the deadlines are looked at again).
+                // A signal: wait again.
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    eprintln!("echo_server: a worker stops: {e}");
+                    return Err(e);
+                }
             }
-            // `Ok(0)`: the timeout passed (the loop's top runs what is due) or a
-            // notify came (a sooner deadline, or the stop).
             for event in events.iter() {
                 if event.token() == self.listener_token {
                     self.on_listener()?;
                 } else {
-                    self.on_conn(event.token())?;
+                    // SAFETY: the key's reference is released only by the thread
+                    // that holds the registration's event (this one, now) or
+                    // after this worker's next pass (`Shared::close`).
+                    let conn = unsafe { Conn::from_key(event.key()) };
+                    self.on_conn(&conn)?;
                 }
             }
+            // The events taken with the shutdown are handled: leave.
+            if events.is_shutdown() {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// The listener is readable: accept what is queued (a bounded batch, so one
@@ -326,83 +411,77 @@ impl Shared {
         self.poller.arm(self.listener_token, Interest::READABLE)
     }
 
+    /// Registers a new connection with its state's pointer as the key, and arms
+    /// it. The state is built without its token; the token is stored before the
+    /// first arm, so no event reaches a state without one.
     fn add_conn(&self, stream: TcpStream) -> io::Result<()> {
         stream.set_nonblocking(true)?;
-        let token = self.poller.register(&stream)?; // no system call yet
-        bump(&self.counters.accepted);
-        let deadline = Instant::now() + self.config.first_byte;
-        let conn = Arc::new(Mutex::new(Conn {
-            token,
-            stream: Some(stream),
-            pending: Vec::new(),
-            read_closed: false,
-            paused: false,
-            greeted: false,
-            deadline,
-        }));
-        {
-            let mut conns = lock(&self.conns);
-            if conns.len() <= token.index() {
-                conns.resize(token.index() + 1, None);
+        let conn = Arc::new(Conn {
+            token: OnceLock::new(),
+            state: Mutex::new(ConnState {
+                stream: Some(stream),
+                pending: Vec::new(),
+                read_closed: false,
+                paused: false,
+                greeted: false,
+                deadline: Instant::now() + self.config.first_byte,
+            }),
+            counters: Arc::clone(&self.counters),
+        });
+        let mut state = lock(&conn.state);
+        let key = Conn::into_key(Arc::clone(&conn));
+        let stream = state.stream.as_ref().expect("open");
+        let token = match self.poller.register_with(stream, key) {
+            Ok(token) => token, // no system call yet
+            Err(e) => {
+                // SAFETY: never registered: no event carries the key.
+                unsafe { Conn::release_key(key) };
+                return Err(e);
             }
-            conns[token.index()] = Some((token, Arc::clone(&conn)));
-        }
-        self.push_deadline(deadline, token)?;
-        // In the table before the first arm: the event may reach another worker
-        // before `arm` returns. Arm under the connection's lock, as every arm here
-        // is, so that the worker that gets the event waits for this one to finish.
-        let mut conn = lock(&conn);
+        };
+        conn.token.set(token).expect("a new connection");
+        bump(&self.counters.accepted);
+        lock(&self.conns).insert(token, Arc::clone(&conn));
+        // Armed under the connection's lock, as every arm here is: the worker
+        // that gets the event waits for this thread to let go.
         if let Err(e) = self.poller.arm(token, Interest::READABLE) {
-            self.close(&mut conn, &self.counters.closed_error)?;
+            self.close(&conn, &mut state, &self.counters.closed_error, Release::Now)?;
             return Err(e);
         }
         Ok(())
     }
 
-    /// The current connection under `token`, if any.
-    fn lookup(&self, token: Token) -> Option<Arc<Mutex<Conn>>> {
-        let conns = lock(&self.conns);
-        let (current, conn) = conns.get(token.index())?.as_ref()?;
-        // Compare the whole token: the index alone may name a later connection
-        // that reused the descriptor number.
-        (*current == token).then(|| Arc::clone(conn))
-    }
-
     /// An event for a connection. The delivery disarmed the registration, so no
     /// other worker gets an event for it until it is armed again: this worker owns
-    /// its I/O. The lock is for the deadline, which another worker may run.
-    fn on_conn(&self, token: Token) -> io::Result<()> {
-        let Some(conn) = self.lookup(token) else {
-            // Closed (by a deadline in another worker) after this event was
-            // fetched: nothing to do. pollshot never delivers an event for a
-            // registration deregistered before the wait took it; this one was
-            // taken first.
+    /// its I/O. The lock is for the sweeper, which may close it meanwhile.
+    fn on_conn(&self, conn: &Arc<Conn>) -> io::Result<()> {
+        let mut state = lock(&conn.state);
+        if state.stream.is_none() {
+            // Closed by the sweeper after this event was taken: nothing to do.
+            // pollshot never delivers an event for a registration deregistered
+            // before the wait took it; this one was taken first.
             return Ok(());
-        };
-        let mut conn = lock(&conn);
-        if conn.stream.is_none() {
-            return Ok(()); // closed while this worker waited for the lock
         }
-        let (next, progressed) = match self.drive(&mut conn) {
+        let (next, progressed) = match self.drive(&mut state) {
             Ok(done) => done,
             Err(_) => (Next::Close(CloseReason::Error), true),
         };
         if !progressed {
             bump(&self.counters.wasted);
         }
-        match next {
-            Next::Arm(interest) => match self.poller.arm(token, interest) {
-                Ok(()) => Ok(()),
-                // The kernel refused the arm for this descriptor (EBADF would be
-                // a bug here: only `close` closes). Close it, keep serving.
-                Err(e) if e.raw_os_error().is_some() => {
-                    self.close(&mut conn, &self.counters.closed_error)
-                }
-                Err(e) => Err(e),
+        let closed = match next {
+            Next::Arm(interest) => match self.poller.arm(conn.token(), interest) {
+                Ok(()) => return Ok(()),
+                // The kernel refused the arm for this socket (EBADF would be a bug
+                // here: only `close` closes). Close it, keep serving.
+                Err(e) if e.raw_os_error().is_some() => &self.counters.closed_error,
+                Err(e) => return Err(e),
             },
-            Next::Close(CloseReason::Eof) => self.close(&mut conn, &self.counters.closed_eof),
-            Next::Close(CloseReason::Error) => self.close(&mut conn, &self.counters.closed_error),
-        }
+            Next::Close(CloseReason::Eof) => &self.counters.closed_eof,
+            Next::Close(CloseReason::Error) => &self.counters.closed_error,
+        };
+        // Not armed: this thread holds the registration's only event.
+        self.close(conn, &mut state, closed, Release::Now)
     }
 
     /// Moves bytes, and says what to wait for next and whether anything moved.
@@ -411,7 +490,7 @@ impl Shared {
     /// level-triggered, so the handler does not have to drain: what it leaves
     /// (after a bounded number of rounds, for fairness) is reported again at the
     /// next arm.
-    fn drive(&self, conn: &mut Conn) -> io::Result<(Next, bool)> {
+    fn drive(&self, conn: &mut ConnState) -> io::Result<(Next, bool)> {
         let max = self.config.max_buffered;
         let mut progressed = false;
         let mut buf = [0u8; 16 * 1024];
@@ -473,7 +552,7 @@ impl Shared {
     /// What an open connection that is still reading waits for: the peer's bytes
     /// while nothing is pending, room to write while the buffer is full, both in
     /// between (no spin: every readable event is read).
-    fn wanted(&self, conn: &mut Conn) -> Interest {
+    fn wanted(&self, conn: &mut ConnState) -> Interest {
         if conn.pending.is_empty() {
             Interest::READABLE
         } else if conn.pending.len() >= self.config.max_buffered {
@@ -491,137 +570,143 @@ impl Shared {
         }
     }
 
-    /// Traffic: the idle deadline moves on. Only the connection's field changes;
-    /// the heap's entry finds the new time when it comes due.
-    fn touch(&self, conn: &mut Conn) {
+    /// Traffic: the idle deadline moves on (once the first byte came).
+    fn touch(&self, conn: &mut ConnState) {
         if conn.greeted {
             conn.deadline = Instant::now() + self.config.idle;
         }
     }
 
-    /// A deadline entry came due for `token`.
-    fn on_deadline(&self, token: Token, now: Instant) -> io::Result<()> {
-        let Some(conn) = self.lookup(token) else {
-            return Ok(()); // closed already
-        };
-        let mut conn = lock(&conn);
-        if conn.stream.is_none() {
-            return Ok(());
-        }
-        if conn.deadline > now {
-            // There was traffic since the entry was pushed: wait for the new time.
-            return self.push_deadline(conn.deadline, token);
-        }
-        // The connection may be armed (nobody handles it) or in a worker's hands
-        // between its delivery and its arm: that worker holds the lock we hold
-        // now, so it has armed and let go. Either way closing is ours.
-        self.close(&mut conn, &self.counters.closed_deadline)
-    }
-
-    fn push_deadline(&self, at: Instant, token: Token) -> io::Result<()> {
-        let cut_short = lock(&self.timers).push(at, token);
-        if cut_short {
-            // The owner would wake too late: cut one `deliver` short (a blocked
-            // one, or the next one to block). It comes back with `Ok(0)`, and at
-            // the loop's top its worker takes the timers with the sooner timeout.
-            bump(&self.counters.timer_notifies);
-            self.poller.notify()?;
-        }
-        Ok(())
-    }
-
-    /// The close rules: out of the runtime's table (a worker holding an event for
-    /// it finds nothing), deregistered (no event for it is delivered after this
-    /// returns), then closed (the number may be reused at once, by a new
-    /// registration that has a new token).
-    fn close(&self, conn: &mut Conn, why: &AtomicU64) -> io::Result<()> {
-        {
-            let mut conns = lock(&self.conns);
-            if let Some(entry) = conns.get_mut(conn.token.index()) {
-                // Ours: the number cannot be reused while our stream is open.
-                *entry = None;
+    /// The sweeper: every [`Config::sweep_period`], closes what is past its
+    /// deadline, until `stop`'s sender is dropped.
+    fn sweeper(&self, stop: mpsc::Receiver<()>) {
+        let period = self.config.sweep_period();
+        while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(period) {
+            if let Err(e) = self.sweep(Instant::now()) {
+                eprintln!("echo_server: sweep: {e}");
             }
         }
+    }
+
+    /// Closes every connection past its deadline at `now`, then releases the
+    /// keys no worker can hold any more.
+    fn sweep(&self, now: Instant) -> io::Result<()> {
+        let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+        let mut result = Ok(());
+        for conn in conns {
+            let mut state = lock(&conn.state);
+            if state.stream.is_some() && state.deadline <= now {
+                // The connection is armed, or in a worker's hands between its
+                // delivery and its arm (that worker holds the lock we hold now:
+                // it has armed and let go), or its event was just taken by a
+                // worker waiting for this lock, which will find it closed and
+                // still use the key: the key's reference waits for the grace.
+                let why = &self.counters.closed_deadline;
+                let closed = self.close(&conn, &mut state, why, Release::AfterGrace);
+                result = result.and(closed);
+            }
+        }
+        let passes = self.passes();
+        let mut graveyard = lock(&self.graveyard);
+        for key in graveyard.collect(&passes) {
+            // SAFETY: every worker has entered `deliver` again since the key's
+            // deregister: none holds an event carrying it (`Graveyard`).
+            unsafe { Conn::release_key(key) };
+        }
+        if !graveyard.is_empty() {
+            // A worker blocked in `deliver(None)` would keep the rest for as long
+            // as no event comes: wake each once to let it pass.
+            for _ in 0..self.passes.len() {
+                self.poller.notify()?;
+            }
+        }
+        result
+    }
+
+    /// Each worker's pass count now.
+    fn passes(&self) -> Vec<u64> {
+        self.passes
+            .iter()
+            .map(|p| p.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// The close rules: out of the server's map (the sweeper and the shutdown
+    /// find it no more), deregistered (no event for it is delivered after this
+    /// returns), then closed (the number may be reused at once, by a new
+    /// registration that has a new token); then the key's reference is released,
+    /// at once or after the grace (`release`).
+    fn close(
+        &self,
+        conn: &Arc<Conn>,
+        state: &mut ConnState,
+        why: &AtomicU64,
+        release: Release,
+    ) -> io::Result<()> {
+        let token = conn.token();
+        lock(&self.conns).remove(&token);
         // Counted before the close, so that a peer that sees the close sees the
         // count too.
         bump(why);
-        let result = self.poller.deregister(conn.token);
-        drop(conn.stream.take()); // the close, after the deregister
-        conn.pending = Vec::new();
+        let result = self.poller.deregister(token);
+        drop(state.stream.take()); // the close, after the deregister
+        state.pending = Vec::new();
+        let key = Arc::as_ptr(conn) as usize;
+        match release {
+            // SAFETY: no other thread can hold an event carrying the key (see
+            // `Release::Now`); `conn` is a reference of this thread's own, so the
+            // state outlives this call.
+            Release::Now => unsafe { Conn::release_key(key) },
+            Release::AfterGrace => lock(&self.graveyard).retire(key, self.passes()),
+        }
         result
     }
 }
 
-/// Deadlines: a min-heap of `(when, token)`, and which waiting worker owns it.
+/// Keys whose registration was deregistered by a thread that did not hold its
+/// event (the sweeper), kept until no worker can hold one.
 ///
-/// Several workers deliver on one poller, and any of them may be blocked when a
-/// deadline comes due. One worker at a time *owns* the timers: it blocks with a
-/// timeout until the earliest deadline; the others block with no timeout, woken by
-/// events and notifies only. The owner gives ownership up when its `deliver`
-/// returns, for whatever reason, and the next worker to wait takes it. A deadline
-/// pushed sooner than the owner's wake-up revokes the ownership and asks for one
-/// `notify`: the worker whose `deliver` it ends (a blocked one, or the next to
-/// block: notifies are counted) takes the timers with the sooner timeout. With no
-/// owner, no notify: deadlines are pushed by workers only, and the pushing worker
-/// takes the timers itself at its next wait. (A runtime whose other threads add
-/// timers notifies then too.)
-#[derive(Default)]
-pub struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    /// The owner's ownership number, and when it wakes.
-    owner: Option<(u64, Instant)>,
-    /// Ownership numbers handed out.
-    handed_out: u64,
+/// pollshot delivers no event of a registration after its `deregister` has
+/// returned, but a worker may have taken one just before, and use the key after
+/// the sweeper's deregister. Each worker counts its passes: it adds one before
+/// each `deliver`, once it has handled every event of its last batch. A key
+/// retired with a snapshot of the counts is released once every worker's count
+/// has moved on: each has finished the batch it held at the deregister, and
+/// every `deliver` it makes since began after the deregister returned. (The
+/// simplest quiescent-state reclamation; a runtime could use an epoch crate.)
+#[derive(Debug, Default)]
+pub struct Graveyard {
+    retired: Vec<(usize, Vec<u64>)>,
 }
 
-impl Timers {
-    /// Before a `deliver`: takes what is due at `now`, and returns it with the
-    /// timeout to wait with and, if this worker took the timers, its ownership.
-    pub fn before_wait(&mut self, now: Instant) -> (Vec<Token>, Option<Duration>, Option<u64>) {
-        let mut due = Vec::new();
-        while let Some(&Reverse((at, token))) = self.heap.peek() {
-            if at > now {
-                break;
-            }
-            self.heap.pop();
-            due.push(Token::from_u64(token));
-        }
-        if !due.is_empty() {
-            // Handling them takes time: wait no longer than zero, so that this
-            // worker looks again before blocking.
-            return (due, Some(Duration::ZERO), None);
-        }
-        match (self.owner, self.heap.peek()) {
-            (None, Some(&Reverse((at, _)))) => {
-                self.handed_out += 1;
-                self.owner = Some((self.handed_out, at));
-                (due, Some(at - now), Some(self.handed_out))
-            }
-            _ => (due, None, None),
-        }
+impl Graveyard {
+    /// Keeps `key`, deregistered after the workers' pass counts were `passes`.
+    pub fn retire(&mut self, key: usize, passes: Vec<u64>) {
+        self.retired.push((key, passes));
     }
 
-    /// After a `deliver`: gives the timers up if this worker still owns them.
-    pub fn after_wait(&mut self, ownership: Option<u64>) {
-        if let (Some(mine), Some((owner, _))) = (ownership, self.owner) {
-            if mine == owner {
-                self.owner = None;
+    /// Takes out the keys that no worker can hold any more, the pass counts
+    /// being `passes` now.
+    pub fn collect(&mut self, passes: &[u64]) -> Vec<usize> {
+        let mut free = Vec::new();
+        self.retired.retain(|(key, then)| {
+            let passed = then.iter().zip(passes).all(|(then, now)| now != then);
+            if passed {
+                free.push(*key);
             }
-        }
+            !passed
+        });
+        free
     }
 
-    /// Adds a deadline (from a worker); returns whether the caller must `notify`:
-    /// the owner is blocked until later than `at`.
-    pub fn push(&mut self, at: Instant, token: Token) -> bool {
-        self.heap.push(Reverse((at, token.to_u64())));
-        match self.owner {
-            Some((_, wakes)) if wakes > at => {
-                // Revoked: the old owner wakes late, and finds it so.
-                self.owner = None;
-                true
-            }
-            _ => false,
-        }
+    /// Takes out every key (when no worker runs).
+    pub fn drain(&mut self) -> Vec<usize> {
+        self.retired.drain(..).map(|(key, _)| key).collect()
+    }
+
+    /// Whether no key is kept.
+    pub fn is_empty(&self) -> bool {
+        self.retired.is_empty()
     }
 }
 

@@ -12,8 +12,8 @@
 //! - `--peer polling`: the same responder on the `polling` crate (oneshot mode,
 //!   re-armed with `modify`), for comparison; default `pollshot`
 //! - `--backend NAME`: pollshot's backend: the default one (`epoll` on Linux,
-//!   `kqueue` on the BSDs and macOS; the default) or `uring` (Linux, built with
-//!   `--features io-uring`)
+//!   `kqueue` on the BSDs and macOS, `afd` on Windows; the default) or `uring`
+//!   (Linux, built with `--features io-uring`)
 //! - `--seconds S`: stop after S seconds (default: run until killed)
 //!
 //! Every request (anything ending in an empty line; bodies are not expected) gets
@@ -22,15 +22,15 @@
 //! woken connection reads once (what it read may hold several pipelined requests),
 //! answers and arms again. `benches/keepalive.rs` runs this file's [`serve`] under
 //! `wrk` for both peers.
-// Unix only (descriptors, rusage); elsewhere an empty program, so that
-// `cargo clippy --all-targets` checks on Windows.
-#![cfg_attr(not(unix), no_main)]
-#![cfg(unix)]
+//!
+//! The same code runs on Unix and on Windows: a socket is passed as
+//! `&impl polling::AsSource`, which is `AsFd` on Unix and `AsSocket` on Windows,
+//! what `Poller::register` takes on each.
 
+use polling::AsSource;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -103,9 +103,9 @@ enum Want {
 trait Reactor: Send + Sync + 'static {
     type Events: Send;
     fn events() -> Self::Events;
-    /// Registers `fd` and arms it once; returns its key.
-    fn add(&self, fd: BorrowedFd<'_>, want: Want) -> io::Result<usize>;
-    fn arm(&self, key: usize, fd: BorrowedFd<'_>, want: Want) -> io::Result<()>;
+    /// Registers `sock` and arms it once; returns its key.
+    fn add(&self, sock: &impl AsSource, want: Want) -> io::Result<usize>;
+    fn arm(&self, key: usize, sock: &impl AsSource, want: Want) -> io::Result<()>;
     /// Waits (up to `timeout`) and lists the keys delivered.
     fn wait(
         &self,
@@ -113,12 +113,12 @@ trait Reactor: Send + Sync + 'static {
         keys: &mut Vec<usize>,
         timeout: Option<Duration>,
     ) -> io::Result<()>;
-    fn remove(&self, key: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+    fn remove(&self, key: usize, sock: &impl AsSource) -> io::Result<()>;
     fn wake(&self) -> io::Result<()>;
 }
 
-/// The default backend's name (`epoll`, `kqueue`, `blocking`), as a poller on it
-/// reports it.
+/// The default backend's name (`epoll`, `kqueue`, `ports`, `blocking`, `afd`),
+/// as a poller on it reports it.
 fn default_backend() -> &'static str {
     pollshot::Poller::new().map_or("default", |p| p.backend_name())
 }
@@ -130,13 +130,13 @@ impl<B: pollshot::Backend> Reactor for PollshotReactor<B> {
     fn events() -> pollshot::Events {
         pollshot::Events::with_capacity(64)
     }
-    fn add(&self, fd: BorrowedFd<'_>, want: Want) -> io::Result<usize> {
-        let token = self.0.register(&fd)?;
+    fn add(&self, sock: &impl AsSource, want: Want) -> io::Result<usize> {
+        let token = self.0.register(sock)?;
         let key = token.to_u64() as usize;
-        self.arm(key, fd, want)?;
+        self.arm(key, sock, want)?;
         Ok(key)
     }
-    fn arm(&self, key: usize, _fd: BorrowedFd<'_>, want: Want) -> io::Result<()> {
+    fn arm(&self, key: usize, _sock: &impl AsSource, want: Want) -> io::Result<()> {
         let interest = match want {
             Want::Read => pollshot::Interest::READABLE,
             Want::ReadWrite => pollshot::Interest::BOTH,
@@ -157,7 +157,7 @@ impl<B: pollshot::Backend> Reactor for PollshotReactor<B> {
         keys.extend(events.iter().map(|e| e.token().to_u64() as usize));
         Ok(())
     }
-    fn remove(&self, key: usize, _fd: BorrowedFd<'_>) -> io::Result<()> {
+    fn remove(&self, key: usize, _sock: &impl AsSource) -> io::Result<()> {
         self.0.deregister(pollshot::Token::from_u64(key as u64))
     }
     fn wake(&self) -> io::Result<()> {
@@ -175,22 +175,22 @@ impl Reactor for PollingReactor {
     fn events() -> polling::Events {
         polling::Events::with_capacity(std::num::NonZeroUsize::new(64).unwrap())
     }
-    fn add(&self, fd: BorrowedFd<'_>, want: Want) -> io::Result<usize> {
+    fn add(&self, sock: &impl AsSource, want: Want) -> io::Result<usize> {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         // SAFETY: polling requires a source to be deleted before it is closed: the
         // server calls `remove` before dropping any registered socket.
         unsafe {
             self.poller.add_with_mode(
-                fd.as_raw_fd(),
+                &sock.source(),
                 event(key, want),
                 polling::PollMode::Oneshot,
             )?
         };
         Ok(key)
     }
-    fn arm(&self, key: usize, fd: BorrowedFd<'_>, want: Want) -> io::Result<()> {
+    fn arm(&self, key: usize, sock: &impl AsSource, want: Want) -> io::Result<()> {
         self.poller
-            .modify_with_mode(fd, event(key, want), polling::PollMode::Oneshot)
+            .modify_with_mode(sock.source(), event(key, want), polling::PollMode::Oneshot)
     }
     fn wait(
         &self,
@@ -203,8 +203,8 @@ impl Reactor for PollingReactor {
         keys.extend(events.iter().map(|e| e.key));
         Ok(())
     }
-    fn remove(&self, _key: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
-        self.poller.delete(fd)
+    fn remove(&self, _key: usize, sock: &impl AsSource) -> io::Result<()> {
+        self.poller.delete(sock.source())
     }
     fn wake(&self) -> io::Result<()> {
         self.poller.notify()
@@ -262,7 +262,7 @@ impl<R: Reactor> Server<R> {
                     // Hold the table while adding, so a delivery for the new key
                     // finds its entry.
                     let mut conns = self.conns.write().unwrap();
-                    let key = self.reactor.add(conn.sock.as_fd(), Want::Read)?;
+                    let key = self.reactor.add(&conn.sock, Want::Read)?;
                     conns.insert(key, conn);
                     self.connections.fetch_add(1, Ordering::Relaxed);
                 }
@@ -315,7 +315,7 @@ impl<R: Reactor> Server<R> {
     fn close(&self, key: usize) {
         if let Some(conn) = self.conns.write().unwrap().remove(&key) {
             // Deregister before the socket closes (dropped with the last Arc).
-            let _ = self.reactor.remove(key, conn.sock.as_fd());
+            let _ = self.reactor.remove(key, &conn.sock);
         }
     }
 
@@ -329,14 +329,14 @@ impl<R: Reactor> Server<R> {
             for &key in &keys {
                 if key == self.listener_key {
                     self.accept()?;
-                    self.reactor.arm(key, self.listener.as_fd(), Want::Read)?;
+                    self.reactor.arm(key, &self.listener, Want::Read)?;
                     continue;
                 }
                 let conn = self.conns.read().unwrap().get(&key).cloned();
                 let Some(conn) = conn else { continue };
                 match self.handle(&conn) {
                     Next::Arm(want) => {
-                        if self.reactor.arm(key, conn.sock.as_fd(), want).is_err() {
+                        if self.reactor.arm(key, &conn.sock, want).is_err() {
                             self.close(key);
                         }
                     }
@@ -426,7 +426,7 @@ fn start<R: Reactor>(
     threads: usize,
     stop: Arc<AtomicBool>,
 ) -> io::Result<(Stopper, std::thread::JoinHandle<io::Result<Served>>)> {
-    let listener_key = reactor.add(listener.as_fd(), Want::Read)?;
+    let listener_key = reactor.add(&listener, Want::Read)?;
     let server = Arc::new(Server {
         reactor,
         listener,
@@ -457,9 +457,7 @@ fn start<R: Reactor>(
         for k in keys {
             server.close(k);
         }
-        let _ = server
-            .reactor
-            .remove(server.listener_key, server.listener.as_fd());
+        let _ = server.reactor.remove(server.listener_key, &server.listener);
         Ok(Served {
             requests: server.requests.load(Ordering::Relaxed),
             connections: server.connections.load(Ordering::Relaxed),

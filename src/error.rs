@@ -8,7 +8,8 @@ use crate::state::KernelError;
 use std::io;
 
 /// An arm with `Interest::PRIORITY` on a backend that cannot ask for it at all
-/// (`offered` false), or not without `READABLE`.
+/// (`offered` false: kqueue, Windows' `afd`, each with its own reason), or not
+/// without `READABLE`.
 #[cold]
 pub(crate) fn priority_unsupported(backend: &'static str, offered: bool) -> io::Error {
     let msg = if offered {
@@ -16,6 +17,13 @@ pub(crate) fn priority_unsupported(backend: &'static str, offered: bool) -> io::
             "pollshot arm: Interest::PRIORITY without READABLE is not offered on {backend} \
              (ordinary data takes a POLLPRI-only poll request off the socket's wait queue, \
              and urgent data after it would wake nothing); arm READABLE | PRIORITY"
+        )
+    } else if backend == "afd" {
+        format!(
+            "pollshot arm: Interest::PRIORITY is not offered on {backend} (Windows: AFD has \
+             a bit for urgent data, AFD_POLL_RECEIVE_EXPEDITED, but how Windows and wine \
+             report MSG_OOB data through it is not tested); arm READABLE, and read urgent \
+             data inline (SO_OOBINLINE)"
         )
     } else {
         format!(
@@ -37,6 +45,25 @@ pub(crate) fn kernel(e: KernelError) -> io::Error {
         KernelError::NotPollable => io::Error::from_raw_os_error(libc::EPERM),
         KernelError::Other(e) => e,
     }
+}
+
+/// `register_exclusive`: exclusive wake-up is not offered, on any backend.
+#[cold]
+pub(crate) fn exclusive_unsupported() -> io::Error {
+    let why = if cfg!(windows) {
+        "Windows: each AFD poll completes for its own poller, and pollshot keeps one \
+         poll per registration"
+    } else {
+        "EPOLLEXCLUSIVE cannot be combined with oneshot re-arming by EPOLL_CTL_MOD"
+    };
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "pollshot register_exclusive: exclusive wake-up is not offered ({why}); share \
+             one Poller among the accepting threads (each event reaches exactly one \
+             deliver call)"
+        ),
+    )
 }
 
 /// The token names no live registration.

@@ -261,12 +261,17 @@ impl Events {
     /// waiting. A worker loop ends on it:
     ///
     /// ```
+    /// use std::io::ErrorKind;
     /// # let poller = pollshot::Poller::new()?;
     /// # poller.shutdown()?;
     /// let mut events = pollshot::Events::with_capacity(64);
     /// loop {
-    ///     poller.deliver(&mut events, None)?;
-    ///     // ... handle `events` (a delivery disarmed each registration) ...
+    ///     match poller.deliver(&mut events, None) {
+    ///         Ok(_) => { /* handle `events` (a delivery disarmed each registration) */ }
+    ///         // A signal: wait again.
+    ///         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+    ///         Err(e) => return Err(e),
+    ///     }
     ///     if events.is_shutdown() {
     ///         break;
     ///     }

@@ -22,9 +22,8 @@
 //! FreeBSD and macOS: pick the platform in its menu). All of them run one pure state
 //! machine (public, with the feature `model`, as `pollshot::state`), so they behave
 //! the same. See [`Poller`] for the API and an example, [`Event`] for what an event
-//! means on every backend, and the
-//! [README](https://docs.rs/crate/pollshot/latest) (the crate's front page on
-//! crates.io and docs.rs) for the guarantees and limits.
+//! means on every backend, and, in the repository, `docs/guarantees.md` for the
+//! guarantees and limits and `docs/platforms.md` for what each OS gets.
 //!
 //! # Writing a runtime
 //!
@@ -65,6 +64,23 @@
 //! `deregister` leaves the registration registered and disarmed (nothing is
 //! delivered for it), still owing its delete, so that the retry finishes it.
 //!
+//! Such an error does not name the call or the token, as pollshot's own errors
+//! do: std's `io::Error` holds either an OS error code or a payload of its own,
+//! never both, and a message would cost the errno (`raw_os_error()` would be
+//! `None`), which callers match on. Which kernel call's error each method returns:
+//!
+//! | method | epoll | kqueue | poll(2) | io_uring | event ports | Windows (AFD) |
+//! |---|---|---|---|---|---|---|
+//! | `new`, `with_backend`, `reinit_after_fork` | epoll_create1(2), eventfd(2) | kqueue(2), pipe(2) (NetBSD, OpenBSD) | pipe(2) | io_uring_setup(2), eventfd(2) | port_create(3C) | CreateIoCompletionPort, NtCreateFile (`\Device\Afd`) |
+//! | `arm`, `disarm` | epoll_ctl(2) | kevent(2) of a change submitted at once (a batched change refused later becomes an error event) | fcntl(2) `F_GETFD` at the first arm; write(2) to the pipe while a `deliver` is blocked | fcntl(2) `F_GETFD` at the first arm (a request refused at submission becomes an error event) | port_associate(3C), port_dissociate(3C) | NtDeviceIoControlFile (`IOCTL_AFD_POLL`), NtCancelIoFileEx; Winsock's `SIO_BASE_HANDLE` at the first arm |
+//! | `deregister` | epoll_ctl(2) `EPOLL_CTL_DEL` | kevent(2) `EV_DELETE` | write(2) to the pipe while a `deliver` is blocked | io_uring_enter(2) | port_dissociate(3C) | NtCancelIoFileEx |
+//! | `notify`, `shutdown` | write(2) to the eventfd | kevent(2) `EVFILT_USER`, or write(2) to the pipe | write(2) to the pipe | write(2) to the eventfd | port_send(3C) | PostQueuedCompletionStatus |
+//! | `deliver` | epoll_wait(2), epoll_pwait2(2) | kevent(2) | poll(2), ppoll(2) | io_uring_enter(2) | port_getn(3C) | GetQueuedCompletionStatusEx |
+//!
+//! On Windows an NTSTATUS is passed on as its Win32 code
+//! (`RtlNtStatusToDosError`), so `raw_os_error()` is a Win32 or Winsock error
+//! code there.
+//!
 //! Not errors: ENOENT on a MOD (the number was closed and reused: it becomes an
 //! ADD), EEXIST on an ADD (a dup is still registered: it becomes a MOD), EPERM from
 //! epoll and EINVAL from kqueue on a descriptor they cannot poll (regular files,
@@ -80,7 +96,7 @@
 //! | `InvalidInput` | a negative descriptor number; the poller's own descriptor |
 //! | `Other` | a poller made before a fork, used in the child before `reinit_after_fork` |
 //! | `OutOfMemory` | past the table's slot limit |
-//! | `Unsupported` | an arm with `Interest::PRIORITY` on kqueue, or without `READABLE` on io_uring |
+//! | `Unsupported` | an arm with `Interest::PRIORITY` on kqueue or Windows, or without `READABLE` on io_uring; `register_exclusive`, always |
 //!
 //! # Cargo features and cfgs
 //!

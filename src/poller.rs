@@ -56,14 +56,19 @@ mod delivery;
 ///
 /// # Examples
 ///
+/// The same code on every OS (a socket is `AsFd` on Unix, `AsSocket` on
+/// Windows):
+///
 /// ```
 /// use pollshot::{Events, Interest, Poller};
 /// use std::io::{Read, Write};
-/// use std::os::unix::net::UnixStream;
+/// use std::net::{TcpListener, TcpStream};
 /// use std::time::Duration;
 ///
 /// let poller = Poller::new()?;
-/// let (mut a, mut b) = UnixStream::pair()?;
+/// let listener = TcpListener::bind("127.0.0.1:0")?;
+/// let mut a = TcpStream::connect(listener.local_addr()?)?;
+/// let (mut b, _) = listener.accept()?;
 /// b.set_nonblocking(true)?;
 /// let token = poller.register(&b)?; // borrows: `b` stays yours, and open
 ///
@@ -188,7 +193,12 @@ impl<B: Backend> Poller<B> {
         &self.backend
     }
 
-    /// The backend's name: `"epoll"`, `"kqueue"`, `"blocking"` or `"uring"`.
+    /// The backend's name, one of six: `"epoll"` ([`backends::Epoll`](crate::backends),
+    /// Linux and Android), `"uring"` (`backends::Uring`, Linux, feature
+    /// `io-uring`), `"kqueue"` (`backends::Kqueue`, the BSDs and Apple targets),
+    /// `"ports"` (`backends::Ports`, event ports on illumos and Solaris),
+    /// `"blocking"` (`backends::Blocking`, poll(2), every Unix) and `"afd"`
+    /// (`backends::Afd`, Windows).
     pub fn backend_name(&self) -> &'static str {
         B::NAME
     }
@@ -330,7 +340,9 @@ impl<B: Backend> Poller<B> {
     }
 
     /// Exclusive wake-up for a listening socket shared by several pollers or
-    /// processes (epoll `EPOLLEXCLUSIVE`): not offered, always an error.
+    /// processes (epoll `EPOLLEXCLUSIVE`): not offered, always an error, on every
+    /// backend (on Windows too, where it takes `&impl AsSocket`, so that portable
+    /// code needs no `cfg`).
     ///
     /// `EPOLLEXCLUSIVE` is only valid with `EPOLL_CTL_ADD`: the kernel refuses it in
     /// a MOD and refuses MOD on a registration that has it, so it cannot be combined
@@ -343,12 +355,7 @@ impl<B: Backend> Poller<B> {
     #[cfg(unix)]
     pub fn register_exclusive<F: AsFd + ?Sized>(&self, fd: &F) -> io::Result<Token> {
         let _ = fd.as_fd();
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "pollshot register_exclusive: EPOLLEXCLUSIVE cannot be combined with oneshot \
-             re-arming by EPOLL_CTL_MOD; share one Poller among the accepting threads \
-             (each event reaches exactly one deliver call)",
-        ))
+        Err(error::exclusive_unsupported())
     }
 
     /// [`register`](Self::register) for a raw descriptor number.
@@ -490,7 +497,12 @@ impl<B: Backend> Poller<B> {
     /// wanted. This is `EPOLLONESHOT`'s and `EV_DISPATCH`'s own rule (and the
     /// contract of `polling`'s `modify`); the poll(2) backend keeps it too.
     ///
+    /// (On a Unix socketpair, whose send buffer is the peer's receive queue; the
+    /// contract is the same on every backend.)
+    ///
     /// ```
+    /// # #[cfg(unix)]
+    /// # fn main() -> std::io::Result<()> {
     /// use pollshot::{Events, Interest, Poller};
     /// use std::io::{ErrorKind, Read, Write};
     /// use std::os::unix::net::UnixStream;
@@ -551,7 +563,10 @@ impl<B: Backend> Poller<B> {
     /// assert!(event.is_writable() && !event.is_readable());
     ///
     /// poller.deregister(token)?;
-    /// # Ok::<(), std::io::Error>(())
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(not(unix))]
+    /// # fn main() {}
     /// ```
     ///
     /// # Cost
@@ -576,7 +591,7 @@ impl<B: Backend> Poller<B> {
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration.
     /// - `ErrorKind::Unsupported`: `interest` has [`Interest::PRIORITY`] on a
-    ///   backend that cannot ask for it (kqueue), or without
+    ///   backend that cannot ask for it (kqueue, Windows), or without
     ///   [`Interest::READABLE`] on io_uring (see [`Interest::PRIORITY`]); nothing
     ///   changed.
     /// - EBADF (`raw_os_error()`): the descriptor is closed; the registration is
@@ -586,8 +601,11 @@ impl<B: Backend> Poller<B> {
     ///   its next re-arm fails with EBADF.
     /// - `ErrorKind::Other`: used in a forked child before
     ///   [`reinit_after_fork`](Self::reinit_after_fork).
-    /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), see
-    ///   epoll_ctl(2), kevent(2).
+    /// - the kernel's error otherwise (ENOMEM, ENOSPC: `max_user_watches`), with
+    ///   its errno: epoll_ctl(2), kevent(2), port_associate(3C), or on Windows
+    ///   the AFD poll's status as its Win32 code (WSAENOTSOCK, 10038, for a
+    ///   closed socket). It names neither the call nor the token (the crate
+    ///   docs' "Errors" say why and list each backend's calls).
     #[inline(always)]
     pub fn arm(&self, token: Token, interest: Interest) -> io::Result<()> {
         if interest.is_priority()
@@ -810,6 +828,7 @@ impl<B: Backend> Poller<B> {
     /// them all (`src/wake.rs`, model-checked with loom).
     ///
     /// ```
+    /// use std::io::ErrorKind;
     /// use std::sync::Arc;
     /// let poller = Arc::new(pollshot::Poller::new()?);
     /// let workers: Vec<_> = (0..4)
@@ -818,7 +837,12 @@ impl<B: Backend> Poller<B> {
     ///         std::thread::spawn(move || -> std::io::Result<()> {
     ///             let mut events = pollshot::Events::with_capacity(64);
     ///             loop {
-    ///                 poller.deliver(&mut events, None)?;
+    ///                 match poller.deliver(&mut events, None) {
+    ///                     Ok(_) => { /* handle the events */ }
+    ///                     // A signal: wait again.
+    ///                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+    ///                     Err(e) => return Err(e),
+    ///                 }
     ///                 if events.is_shutdown() {
     ///                     return Ok(());
     ///                 }
@@ -849,26 +873,39 @@ impl<B: Backend> Poller<B> {
         self.notifies.shutdown(|| self.backend.wake())
     }
 
-    /// Makes a poller inherited across `fork(2)` usable in the child: a new kernel
-    /// instance and waker owned by the child, and every registration that was armed
-    /// is added to it, armed as it was (idle ones are added at their next arm). The
-    /// parent's registrations are never touched: on epoll the inherited instance is
-    /// shared with the parent, so the child's copy is only closed; a kqueue is not
-    /// inherited, so its old number is left alone.
-    ///
-    /// Until this is called, every method in the child fails with
-    /// `ErrorKind::Other`. Does nothing in the process that made the poller.
-    /// Fork detection relies on `pthread_atfork(3)`: a child made by a raw `clone`
-    /// system call is not detected.
-    ///
-    /// A registration whose descriptor is closed in the child (EBADF) cannot be
-    /// re-added: it is left unarmed, and its next [`arm`](Self::arm) reports the
-    /// closed descriptor as usual. It does not fail the re-initialisation.
-    ///
-    /// # Errors
-    /// The kernel's error creating the new instance or waker, or re-adding a
-    /// registration for a reason other than EBADF (ENOMEM, ENOSPC). The poller then
-    /// stays unusable in the child; calling this again starts over.
+    #[cfg_attr(
+        not(windows),
+        doc = r#"Makes a poller inherited across `fork(2)` usable in the child: a new kernel
+instance and waker owned by the child, and every registration that was armed
+is added to it, armed as it was (idle ones are added at their next arm). The
+parent's registrations are never touched: on epoll the inherited instance is
+shared with the parent, so the child's copy is only closed; a kqueue is not
+inherited, so its old number is left alone.
+
+Until this is called, every method in the child fails with
+`ErrorKind::Other`. Does nothing in the process that made the poller.
+Fork detection relies on `pthread_atfork(3)`: a child made by a raw `clone`
+system call is not detected.
+
+A registration whose descriptor is closed in the child (EBADF) cannot be
+re-added: it is left unarmed, and its next [`arm`](Self::arm) reports the
+closed descriptor as usual. It does not fail the re-initialisation.
+
+# Errors
+The kernel's error creating the new instance or waker, or re-adding a
+registration for a reason other than EBADF (ENOMEM, ENOSPC). The poller then
+stays unusable in the child; calling this again starts over."#
+    )]
+    #[cfg_attr(
+        windows,
+        doc = r#"Does nothing and returns `Ok(())` on Windows, which has no `fork`: a
+process is made with `CreateProcess`, and a child never inherits this poller
+(its completion port and AFD handle are not inheritable). It exists so that
+code written for Unix and Windows needs no `cfg` around it.
+
+# Errors
+None on Windows."#
+    )]
     pub fn reinit_after_fork(&mut self) -> io::Result<()> {
         let now = fork::count();
         if now == self.forks {

@@ -58,6 +58,19 @@ impl<B: Backend> Poller<B> {
         unsafe { self.insert_socket(socket.as_socket().as_raw_socket(), key) }
     }
 
+    /// Exclusive wake-up for a listening socket shared by several pollers or
+    /// processes (epoll's `EPOLLEXCLUSIVE`): not offered, always an error, as on
+    /// Unix. It exists on Windows so that portable code needs no `cfg`; share one
+    /// poller among the accepting threads instead: each completion reaches
+    /// exactly one thread that called [`deliver`](Self::deliver).
+    ///
+    /// # Errors
+    /// Always `ErrorKind::Unsupported`, saying the above.
+    pub fn register_exclusive<S: AsSocket + ?Sized>(&self, socket: &S) -> io::Result<Token> {
+        let _ = socket.as_socket();
+        Err(crate::error::exclusive_unsupported())
+    }
+
     /// [`register`](Self::register) for a raw socket handle (Windows).
     ///
     /// # Errors

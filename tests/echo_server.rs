@@ -1,20 +1,29 @@
 //! The guide's server (`examples/echo_server.rs`) under load: a few hundred
 //! connections from threads of clients on loopback, every byte checked, resets and
-//! half-closes among them; its deadlines, its timer protocol, and its shutdown.
+//! half-closes among them; its deadlines kept by the sweeper, every connection's
+//! state freed once, and its shutdown. The same tests run on the default backend
+//! (in CI: epoll, and poll(2) forced, on x86_64 and i686) and, for Windows,
+//! under wine (AFD).
 //!
 //! No timing decides a result: waits are for conditions (a byte, an EOF, a
 //! counter), and a watchdog only turns a hang into a failure.
-#![cfg(unix)]
 
 #[allow(dead_code)] // the example's `main` and what only it uses
 #[path = "../examples/echo_server.rs"]
 mod echo_server;
 
+#[cfg(unix)]
 #[allow(unused_macros)] // the per-backend `suite!`, not used here
 mod common;
+#[cfg(unix)]
+use common::close_with_reset;
+#[cfg(windows)]
+mod windows_common;
+#[cfg(windows)]
+use windows_common::close_with_reset;
 
-use echo_server::{Config, Counters, Server, Timers};
-use pollshot::{Poller, Token};
+use echo_server::{Config, Counters, Graveyard, Server};
+use pollshot::Poller;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +59,16 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Two workers, 16 KiB of backpressure, and these deadlines.
+fn config(idle: Duration, first_byte: Duration) -> Config {
+    Config {
+        threads: 2,
+        idle,
+        first_byte,
+        max_buffered: 16 * 1024,
     }
 }
 
@@ -183,7 +202,7 @@ fn echo_clients(addr: SocketAddr, thread_no: u64, conns: usize, rounds: usize) {
             }
             Ending::Reset => {
                 s.write_all(&[pattern(seed, offset); 100]).unwrap();
-                common::close_with_reset(s);
+                close_with_reset(s);
             }
             Ending::Close => drop(s),
         }
@@ -246,12 +265,11 @@ fn hundreds_of_connections_every_byte_echoed_with_resets_and_half_closes() {
     const THREADS: u64 = 8;
     const CONNS: usize = 40;
     const BACKPRESSURE: u64 = 2;
-    let server = Arc::new(start(Config {
-        threads: 2,
-        idle: Duration::from_secs(600), // no deadline fires under this load
-        first_byte: Duration::from_secs(600),
-        max_buffered: 16 * 1024,
-    }));
+    // No deadline fires under this load.
+    let server = Arc::new(start(config(
+        Duration::from_secs(600),
+        Duration::from_secs(600),
+    )));
     let addr = server.local_addr().unwrap();
 
     let mut clients: Vec<_> = (0..THREADS)
@@ -275,12 +293,24 @@ fn hundreds_of_connections_every_byte_echoed_with_resets_and_half_closes() {
         .filter(|seed| ENDINGS[(seed % 4) as usize] == Ending::Reset)
         .count() as u64;
     assert_eq!(get(&c.accepted), echo + BACKPRESSURE, "{c:?}");
-    assert_eq!(
-        get(&c.closed_error),
-        resets,
-        "each reset closed on its error: {c:?}"
-    );
-    assert_eq!(get(&c.closed_eof), echo - resets + BACKPRESSURE, "{c:?}");
+    if cfg!(windows) {
+        // Under wine a reset is now and then read as an end of file (1 run in
+        // 4: 79 of 80 resets closed on an error): every other ending is an EOF,
+        // and every connection is closed on one of the two.
+        assert!(get(&c.closed_error) <= resets, "{c:?}");
+        assert_eq!(
+            get(&c.closed_error) + get(&c.closed_eof),
+            echo + BACKPRESSURE,
+            "{c:?}"
+        );
+    } else {
+        assert_eq!(
+            get(&c.closed_error),
+            resets,
+            "each reset closed on its error: {c:?}"
+        );
+        assert_eq!(get(&c.closed_eof), echo - resets + BACKPRESSURE, "{c:?}");
+    }
     assert_eq!(get(&c.closed_deadline), 0, "{c:?}");
     assert!(get(&c.paused) >= 1, "backpressure stopped reading: {c:?}");
     // epoll reports the readiness that holds at the wait: an event after which
@@ -291,29 +321,41 @@ fn hundreds_of_connections_every_byte_echoed_with_resets_and_half_closes() {
         assert_eq!(get(&c.wasted), 0, "no event found nothing to do: {c:?}");
     }
     let server = Arc::into_inner(server).expect("the clients are gone");
+    shut_down_and_check_freed(server);
+}
+
+/// Shuts `server` down, then checks that every connection's state was freed,
+/// once: the keys' references were all released, none twice.
+fn shut_down_and_check_freed(server: Server) {
+    let counters = Arc::clone(server.counters());
     server.shutdown().expect("shutdown");
+    assert_eq!(
+        get(&counters.freed),
+        get(&counters.accepted),
+        "every state freed once: {counters:?}"
+    );
 }
 
 #[test]
 fn deadlines_close_idle_and_silent_connections() {
     let _dog = Watchdog::new("deadlines");
-    let server = start(Config {
-        threads: 2,
-        idle: Duration::from_millis(50),
-        first_byte: Duration::from_millis(50),
-        max_buffered: 16 * 1024,
-    });
+    let server = start(config(
+        Duration::from_millis(200),
+        Duration::from_millis(200),
+    ));
     let addr = server.local_addr().unwrap();
-    let mut streams: Vec<TcpStream> = (0..10).map(|_| connect(addr)).collect();
-    for (i, s) in streams.iter_mut().enumerate() {
-        if i % 2 == 0 {
-            // Talks once, then goes idle.
-            s.write_all(b"ping").unwrap();
-            let mut back = [0; 4];
-            s.read_exact(&mut back).unwrap();
-            assert_eq!(&back, b"ping");
-        } // else: silent, closed by its first-byte deadline
+    // Five talk once as soon as they are connected, then go idle; five stay
+    // silent, closed by their first-byte deadline.
+    let mut streams = Vec::new();
+    for _ in 0..5 {
+        let mut s = connect(addr);
+        s.write_all(b"ping").unwrap();
+        let mut back = [0; 4];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"ping");
+        streams.push(s);
     }
+    streams.extend((0..5).map(|_| connect(addr)));
     for s in &mut streams {
         assert_eq!(
             read_to_eof(s),
@@ -325,21 +367,15 @@ fn deadlines_close_idle_and_silent_connections() {
     let c = server.counters();
     assert_eq!(get(&c.closed_deadline), 10, "{c:?}");
     assert_eq!(get(&c.accepted), 10, "{c:?}");
-    server.shutdown().unwrap();
+    shut_down_and_check_freed(server);
 }
 
 /// Silent connections are closed by their first-byte deadline (100 ms), 20 times,
-/// while a talker, whose idle deadline (600 s) the timers' owner may be waiting
-/// for, stays open and echoed.
+/// while a talker, whose idle deadline is 600 s away, stays open and echoed.
 #[test]
 fn silent_connections_close_at_their_first_byte_deadline_while_a_talker_stays() {
     let _dog = Watchdog::new("first_byte_deadline");
-    let server = start(Config {
-        threads: 2,
-        idle: Duration::from_secs(600),
-        first_byte: Duration::from_millis(100),
-        max_buffered: 16 * 1024,
-    });
+    let server = start(config(Duration::from_secs(600), Duration::from_millis(100)));
     let addr = server.local_addr().unwrap();
     let mut talker = connect(addr);
     let mut one = [0; 1];
@@ -355,7 +391,7 @@ fn silent_connections_close_at_their_first_byte_deadline_while_a_talker_stays() 
     let c = server.counters();
     assert_eq!(get(&c.closed_deadline), 20, "{c:?}");
     assert_eq!(c.open(), 1, "the talker stays: {c:?}");
-    server.shutdown().unwrap();
+    shut_down_and_check_freed(server);
     assert_eq!(
         read_to_eof(&mut talker),
         b"",
@@ -363,86 +399,139 @@ fn silent_connections_close_at_their_first_byte_deadline_while_a_talker_stays() 
     );
 }
 
-/// The timer protocol alone: one owner at a time, given up after its wait; a
-/// deadline sooner than the owner's wake-up revokes it and asks for one notify,
-/// a later one (or one with no owner: the pushing worker takes the timers
-/// itself) for none.
+/// The grace alone: a key retired while the workers' pass counts were `then` is
+/// released only once every worker's count has moved on, and exactly once.
 #[test]
-fn timers_hand_out_one_owner_and_ask_for_notifies_only_when_needed() {
-    let t0 = Instant::now();
-    let at = |ms| t0 + Duration::from_millis(ms);
-    let a = Token::from_u64(1);
-    let b = Token::from_u64(2);
-    let mut timers = Timers::default();
-    // Nothing to wait for: no timeout, no owner.
-    assert_eq!(timers.before_wait(t0), (vec![], None, None));
-    assert!(!timers.push(at(1000), a), "no owner: the pusher waits next");
-    // A worker takes the timers, with the earliest deadline's timeout.
-    let (due, timeout, owner) = timers.before_wait(t0);
-    assert!(due.is_empty());
-    assert_eq!(timeout, Some(Duration::from_millis(1000)));
-    assert!(owner.is_some());
-    // A second worker waits without a timeout.
-    assert_eq!(timers.before_wait(t0), (vec![], None, None));
-    assert!(!timers.push(at(1500), b), "later than the owner's wake-up");
-    assert!(timers.push(at(10), b), "sooner: cut the owner's wait short");
+fn a_retired_key_is_released_once_every_worker_has_passed() {
+    let mut graveyard = Graveyard::default();
+    graveyard.retire(0xA0, vec![3, 7]);
+    assert!(graveyard.collect(&[3, 7]).is_empty(), "nobody passed");
     assert!(
-        !timers.push(at(5), a),
-        "revoked already: the notified worker takes it"
+        graveyard.collect(&[4, 7]).is_empty(),
+        "the second worker may still hold its event"
     );
-    let (_, timeout, second) = timers.before_wait(t0);
-    assert_eq!(timeout, Some(Duration::from_millis(5)));
-    // The revoked owner's wait ends late: it gives up nothing of the new owner's.
-    timers.after_wait(owner);
-    assert_eq!(timers.before_wait(t0), (vec![], None, None), "still owned");
-    timers.after_wait(second);
-    // Due entries come out in time order, each once.
-    let (due, timeout, _) = timers.before_wait(at(1500));
-    assert_eq!(due, vec![a, b, a, b]);
-    assert_eq!(timeout, Some(Duration::ZERO), "look again before blocking");
-    assert_eq!(timers.before_wait(at(1500)), (vec![], None, None));
+    graveyard.retire(0xB0, vec![4, 7]);
+    assert_eq!(graveyard.collect(&[4, 8]), vec![0xA0], "both passed 0xA0's");
+    assert!(!graveyard.is_empty(), "0xB0 waits for the first worker");
+    assert_eq!(graveyard.collect(&[5, 8]), vec![0xB0]);
+    assert!(graveyard.is_empty());
+    assert!(graveyard.collect(&[9, 9]).is_empty(), "released once");
+    graveyard.retire(0xC0, vec![1, 1]);
+    assert_eq!(
+        graveyard.drain(),
+        vec![0xC0],
+        "the shutdown takes every key"
+    );
 }
 
-/// The cut-short on a real poller: the owner blocks in `deliver` until a deadline
-/// 600 s away; another worker pushes one 100 ms away, which asks for a notify;
-/// the notify ends the owner's `deliver` (`Ok(0)`, notified), and its next wait
-/// has the sooner timeout. 20 trials.
+/// The hazard the grace is for, step by step on a real poller: a worker takes
+/// an event whose key is a pointer (the registration's own reference), and
+/// before it uses the key another thread deregisters the registration. Then the
+/// key's reference is the only one: released at once, the worker's key would
+/// dangle. Retired with the pass counts, it is kept until the worker has come
+/// back to `deliver`, and released then.
 #[test]
-fn a_sooner_deadline_cuts_the_owners_blocked_deliver_short() {
-    let _dog = Watchdog::new("cut_short");
-    for trial in 0..20 {
-        let poller = Arc::new(Poller::new().unwrap());
-        let timers = Arc::new(std::sync::Mutex::new(Timers::default()));
-        let far = Instant::now() + Duration::from_secs(600);
-        assert!(!timers.lock().unwrap().push(far, Token::from_u64(1)));
-        let owner = {
-            let (poller, timers) = (Arc::clone(&poller), Arc::clone(&timers));
-            thread::spawn(move || {
-                let mut events = pollshot::Events::with_capacity(8);
-                let (_, timeout, mine) = timers.lock().unwrap().before_wait(Instant::now());
-                assert!(mine.is_some() && timeout > Some(Duration::from_secs(500)));
-                let n = poller.deliver(&mut events, timeout).unwrap();
-                assert!(n == 0 && events.is_notified(), "ended by the notify");
-                timers.lock().unwrap().after_wait(mine);
-                timers.lock().unwrap().before_wait(Instant::now()).1
+fn a_key_deregistered_while_its_event_is_in_a_workers_hands_outlives_the_event() {
+    let poller = Poller::new().unwrap();
+    let (mut client, server) = tcp_pair();
+    server.set_nonblocking(true).unwrap();
+    let state = Arc::new(String::from("conn"));
+    let key = Arc::into_raw(Arc::clone(&state)) as usize;
+    let token = poller.register_with(&server, key).unwrap();
+    poller.arm(token, pollshot::Interest::READABLE).unwrap();
+    client.write_all(b"x").unwrap();
+    let passes = [AtomicU64::new(0)];
+
+    // The worker: a pass, then a deliver that takes the event.
+    passes[0].fetch_add(1, Ordering::SeqCst);
+    let mut events = pollshot::Events::with_capacity(4);
+    let n = poller.deliver(&mut events, Some(HANG)).unwrap();
+    assert_eq!(n, 1);
+    let taken = events.iter().next().unwrap().key();
+    assert_eq!(taken, key);
+
+    // The sweeper, before the worker uses the key: deregister, retire.
+    poller.deregister(token).unwrap();
+    let mut graveyard = Graveyard::default();
+    graveyard.retire(key, vec![passes[0].load(Ordering::SeqCst)]);
+    drop(state);
+    let weak = {
+        // SAFETY: the key's reference is alive (retired, not released).
+        let kept = unsafe { Arc::from_raw(taken as *const String) };
+        let weak = Arc::downgrade(&kept);
+        std::mem::forget(kept);
+        weak
+    };
+    assert_eq!(
+        weak.strong_count(),
+        1,
+        "only the key's reference is left: releasing it now would free the state"
+    );
+    assert!(graveyard
+        .collect(&[passes[0].load(Ordering::SeqCst)])
+        .is_empty());
+
+    // The worker uses the key (still alive), then comes back to `deliver`.
+    // SAFETY: retired, not released.
+    assert_eq!(unsafe { &*(taken as *const String) }, "conn");
+    passes[0].fetch_add(1, Ordering::SeqCst);
+    let freed = graveyard.collect(&[passes[0].load(Ordering::SeqCst)]);
+    assert_eq!(freed, vec![key]);
+    // SAFETY: the reference `into_raw` made, released once.
+    drop(unsafe { Arc::from_raw(key as *const String) });
+    assert_eq!(weak.strong_count(), 0, "released after the pass");
+}
+
+/// A connected pair of TCP streams on loopback.
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let listener = std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let client = connect(listener.local_addr().unwrap());
+    let (server, _) = listener.accept().unwrap();
+    (client, server)
+}
+
+/// The sweeper closes connections while workers handle their events: clients
+/// ping with pauses around a 2 ms idle deadline, so closes land before, during
+/// and after deliveries. Every connection ends closed by the server, and every
+/// state is freed exactly once (no key released early, twice or never). 20
+/// trials.
+#[test]
+fn the_sweeper_closes_connections_that_workers_are_handling() {
+    let _dog = Watchdog::new("sweep_races");
+    for trial in 0..20u64 {
+        let server = start(config(Duration::from_millis(2), Duration::from_secs(600)));
+        let addr = server.local_addr().unwrap();
+        let clients: Vec<_> = (0..32u64)
+            .map(|c| {
+                thread::spawn(move || {
+                    let mut s = connect(addr);
+                    let mut rng = 0x9E37_79B9 ^ (trial << 8) ^ c;
+                    let mut one = [0; 1];
+                    // Until the server closes it: an EOF, or an error on a
+                    // write or a read (a reset of a close with unread bytes).
+                    for _ in 0..10_000 {
+                        if s.write_all(b"x").is_err() {
+                            return;
+                        }
+                        match s.read(&mut one) {
+                            Ok(1) => {}
+                            _ => return,
+                        }
+                        let pause = next(&mut rng) % 4;
+                        thread::sleep(Duration::from_micros(pause * 1000));
+                    }
+                    panic!("trial {trial}: connection {c} never closed");
+                })
             })
-        };
-        // Push while the owner waits (blocked, or about to block: the notify is
-        // counted either way).
-        while poller.waiters() == 0 && !owner.is_finished() {
-            thread::yield_now();
+            .collect();
+        for c in clients {
+            c.join().expect("a client");
         }
-        let soon = Instant::now() + Duration::from_millis(100);
-        assert!(
-            timers.lock().unwrap().push(soon, Token::from_u64(2)),
-            "trial {trial}"
-        );
-        poller.notify().unwrap();
-        let next = owner.join().expect("the owner's checks");
-        assert!(
-            matches!(next, Some(t) if t <= Duration::from_millis(100)),
-            "trial {trial}: {next:?}"
-        );
+        wait_all_closed(&server);
+        let c = server.counters();
+        assert_eq!(get(&c.accepted), 32, "trial {trial}: {c:?}");
+        assert!(get(&c.closed_deadline) >= 1, "trial {trial}: {c:?}");
+        shut_down_and_check_freed(server);
     }
 }
 
@@ -463,14 +552,14 @@ fn shutdown_stops_every_worker() {
             s.write_all(b"busy").unwrap();
             let mut back = [0; 4];
             s.read_exact(&mut back).unwrap();
-            server.shutdown().expect("shutdown");
+            shut_down_and_check_freed(server);
             assert_eq!(
                 read_to_eof(&mut s),
                 b"",
                 "trial {trial}: closed by the shutdown"
             );
         } else {
-            server.shutdown().expect("shutdown");
+            shut_down_and_check_freed(server);
         }
     }
 }

@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use windows_common::{delta, notify_and_see_nothing, one, tcp_pair, until_waiters, LONG, TRIALS};
+use windows_common::{
+    close_with_reset, delta, notify_and_see_nothing, one, tcp_pair, until_waiters, LONG, TRIALS,
+};
 
 /// One delivery, which must be for `token`.
 fn one_event(p: &Poller, token: Token) -> pollshot::Event {
@@ -267,28 +269,6 @@ fn peer_close_is_read_closed() {
     drop(a);
     let ev = one_event(&p, t);
     assert!(ev.is_readable() && ev.is_read_closed(), "{ev:?}");
-}
-
-/// Closes `s` with a reset: SO_LINGER on with a zero timeout, then close.
-fn close_with_reset(s: TcpStream) {
-    use windows_sys::Win32::Networking::WinSock::{setsockopt, LINGER, SOL_SOCKET, SO_LINGER};
-    let linger = LINGER {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `s` is an open socket; the option buffer is the local `linger`,
-    // its size given.
-    let r = unsafe {
-        setsockopt(
-            s.as_raw_socket() as usize,
-            SOL_SOCKET,
-            SO_LINGER,
-            &linger as *const LINGER as *const u8,
-            std::mem::size_of::<LINGER>() as i32,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt SO_LINGER");
-    drop(s);
 }
 
 #[test]
@@ -657,4 +637,41 @@ fn capacity_1_serves_every_ready_registration() {
     let mut want = tokens.clone();
     want.sort();
     assert_eq!(seen, want, "each of the 4 once, in 4 delivers");
+}
+
+/// Portable code needs no `cfg` around `register_exclusive`: it exists on
+/// Windows, and refuses as on Unix, with the way out in its message.
+#[test]
+fn register_exclusive_is_refused_with_unsupported() {
+    let p = Poller::new().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let e = p.register_exclusive(&listener).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("register_exclusive") && msg.contains("share one Poller"),
+        "{msg}"
+    );
+    assert!(!msg.contains("EPOLL_CTL_MOD"), "Windows' own reason: {msg}");
+    assert!(p.is_empty(), "nothing registered");
+}
+
+/// `Interest::PRIORITY` is refused with Windows' reason (not kqueue's), and the
+/// registration is left as it was: a plain READABLE arm works after it.
+#[test]
+fn priority_is_refused_with_windows_reason() {
+    let p = Poller::new().unwrap();
+    let (mut a, b) = tcp_pair();
+    let t = p.register(&b).unwrap();
+    let e = p
+        .arm(t, Interest::READABLE | Interest::PRIORITY)
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("AFD_POLL_RECEIVE_EXPEDITED"), "{msg}");
+    assert!(!msg.contains("kqueue"), "{msg}");
+    p.arm(t, Interest::READABLE).unwrap();
+    a.write_all(b"x").unwrap();
+    one_event(&p, t);
+    p.deregister(t).unwrap();
 }

@@ -1,5 +1,6 @@
 //! Helpers of the Windows test binaries (`windows.rs`, `windows_iocp.rs`,
-//! `windows_break.rs`, `windows_break_waits.rs`): loopback socket pairs, event
+//! `windows_break.rs`, `windows_break_waits.rs`, and `echo_server.rs` there):
+//! loopback socket pairs, a reset close, event
 //! objects, a thread started on cue, counted calls, and
 //! the deliveries they assert. Timing never decides a pass: [`LONG`] only turns
 //! a lost event or a hang into a failure.
@@ -105,4 +106,26 @@ pub fn set(h: &OwnedHandle) {
 pub fn reset(h: &OwnedHandle) {
     // SAFETY: `h` is an open event handle.
     assert_ne!(unsafe { ResetEvent(h.as_raw_handle() as HANDLE) }, 0);
+}
+
+/// Closes `s` with a reset: SO_LINGER on with a zero timeout, then close.
+pub fn close_with_reset(s: TcpStream) {
+    use windows_sys::Win32::Networking::WinSock::{setsockopt, LINGER, SOL_SOCKET, SO_LINGER};
+    let linger = LINGER {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `s` is an open socket; the option buffer is the local `linger`,
+    // its size given.
+    let r = unsafe {
+        setsockopt(
+            std::os::windows::io::AsRawSocket::as_raw_socket(&s) as usize,
+            SOL_SOCKET,
+            SO_LINGER,
+            &linger as *const LINGER as *const u8,
+            std::mem::size_of::<LINGER>() as i32,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt SO_LINGER");
+    drop(s);
 }

@@ -1,0 +1,14 @@
+//! `cargo bench --bench accept`: `benches/accept.rs` on Unix; elsewhere a program
+//! that says the bench cannot run there (it needs descriptors and getrusage),
+//! so that every target builds and links on Windows.
+
+#[cfg(unix)]
+#[path = "../accept.rs"]
+mod bench;
+
+fn main() {
+    #[cfg(unix)]
+    bench::main();
+    #[cfg(not(unix))]
+    println!("SKIPPED: the accept bench runs on Unix only (descriptors, getrusage)");
+}
