@@ -52,6 +52,30 @@ pub enum KernelError {
     Other(io::Error),
 }
 
+impl KernelError {
+    /// Whether the kernel refused for want of a resource or time, so that the same
+    /// command made again may succeed: ENOMEM, ENOSPC (epoll's
+    /// `max_user_watches`), EAGAIN, EBUSY, EINTR (Unix errno values; elsewhere
+    /// the kinds std gives ENOMEM, EAGAIN and EINTR). A refusal of the
+    /// descriptor itself (EBADF, EINVAL, ELOOP, not a socket) is not.
+    pub fn is_transient(&self) -> bool {
+        let KernelError::Other(e) = self else {
+            return false;
+        };
+        #[cfg(unix)]
+        if let Some(errno) = e.raw_os_error() {
+            return matches!(
+                errno,
+                libc::ENOMEM | libc::ENOSPC | libc::EAGAIN | libc::EBUSY | libc::EINTR
+            );
+        }
+        matches!(
+            e.kind(),
+            io::ErrorKind::OutOfMemory | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        )
+    }
+}
+
 /// One descriptor's view of the kernel: the four commands a backend translates.
 ///
 /// `generation` is the arming generation the command installs; backends whose tag
@@ -478,9 +502,12 @@ impl RegState {
     /// After [`forget_kernel`](Self::forget_kernel): add an armed registration to the
     /// new kernel with a new generation. Returns what [`arm`](Self::arm) returns.
     ///
-    /// If the kernel refuses the add (ENOMEM, ENOSPC), the state is as it was
-    /// (armed), so that a retry of the re-initialisation adds it again; EBADF (the
-    /// descriptor is closed) leaves it fresh, unarmed.
+    /// If the kernel refuses the add for want of a resource
+    /// ([`KernelError::is_transient`]: ENOMEM, ENOSPC...), the state is as it was
+    /// (armed), so that a retry of the re-initialisation adds it again. A refusal
+    /// of the descriptor itself (EBADF: closed in the child; EINVAL: its number
+    /// now names something the kernel cannot watch) leaves it fresh, unarmed, as
+    /// a retry would meet the same refusal for ever.
     pub fn rearm_fresh<K: Kernel>(
         &mut self,
         kernel: &mut K,
@@ -495,7 +522,7 @@ impl RegState {
                     Phase::Fresh
                 });
                 let armed = self.arm(interest, kernel, fallbacks);
-                if matches!(&armed, Err(e) if !matches!(e, KernelError::BadFd)) {
+                if matches!(&armed, Err(e) if e.is_transient()) {
                     *self = before;
                 }
                 armed
@@ -530,6 +557,7 @@ mod tests {
         NotPollable,
         BadFd,
         Other,
+        Invalid,
     }
 
     /// A kernel that records every command and answers from a script (success
@@ -557,6 +585,9 @@ mod tests {
                 Some(Ans::BadFd) => Err(KernelError::BadFd),
                 Some(Ans::Other) => Err(KernelError::Other(io::Error::from_raw_os_error(
                     libc::ENOMEM,
+                ))),
+                Some(Ans::Invalid) => Err(KernelError::Other(io::Error::from_raw_os_error(
+                    libc::EINVAL,
                 ))),
             }
         }
@@ -910,6 +941,45 @@ mod tests {
         );
         assert!(matches!(r, Err(KernelError::BadFd)));
         assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 3));
+        // EINVAL: the number names something the kernel refuses to watch (on
+        // epoll, the child's own new instance); a retry would meet it again, so
+        // it is left unarmed, as for EBADF.
+        let mut s = armed(W, 3);
+        s.forget_kernel();
+        let r = s.rearm_fresh(
+            &mut Rec::answering(&[Ans::Invalid]),
+            &mut Fallbacks::default(),
+        );
+        assert!(matches!(r, Err(KernelError::Other(_))));
+        assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 3));
+    }
+
+    #[test]
+    fn transient_refusals_are_those_of_resources() {
+        let other = |errno| KernelError::Other(io::Error::from_raw_os_error(errno));
+        for errno in [
+            libc::ENOMEM,
+            libc::ENOSPC,
+            libc::EAGAIN,
+            libc::EBUSY,
+            libc::EINTR,
+        ] {
+            assert!(other(errno).is_transient(), "errno {errno}");
+        }
+        for errno in [libc::EINVAL, libc::ELOOP, libc::EPERM, libc::EBADF] {
+            assert!(!other(errno).is_transient(), "errno {errno}");
+        }
+        for e in [
+            KernelError::NotFound,
+            KernelError::Exists,
+            KernelError::NotPollable,
+            KernelError::BadFd,
+        ] {
+            assert!(!e.is_transient());
+        }
+        let kind = |k| KernelError::Other(io::Error::from(k));
+        assert!(kind(io::ErrorKind::OutOfMemory).is_transient());
+        assert!(!kind(io::ErrorKind::InvalidInput).is_transient());
     }
 
     #[test]
