@@ -21,8 +21,8 @@
 #
 # wine's services (winedevice.exe) inherit the stdout of the program that
 # started them and hold it open until the server stops: this script starts them
-# first, on /dev/null. Still pipe this script's output (`.ci/wine.sh ... | tail`),
-# never a pipeline inside COMMAND.
+# first, on /dev/null. So this script's own output may be piped
+# (`.ci/wine.sh ... | tail`); COMMAND is one command, never a pipeline.
 #
 # Needs: wine (Debian's wine and wine64 8.0), x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)
 # and the rustup target x86_64-pc-windows-gnu. Exits with the command's status.

@@ -19,7 +19,7 @@
 //! Each one compiled for the target is in [`backends`] (epoll only on Linux and
 //! Android, kqueue only on its targets, event ports only on illumos and Solaris, so
 //! those are named here without links; docs.rs documents the crate for Linux,
-//! FreeBSD and macOS: pick the platform in its menu). All of them run one pure state
+//! FreeBSD, macOS and Windows: pick the platform in its menu). All of them run one pure state
 //! machine (public, with the feature `model`, as `pollshot::state`), so they behave
 //! the same. See [`Poller`] for the API and an example, [`Event`] for what an event
 //! means on every backend, and, in the repository, `docs/guarantees.md` for the

@@ -818,9 +818,10 @@ impl<B: Backend> Poller<B> {
     /// events in the kernel before it sees the shutdown returns them), so the
     /// workers can tidy up their registrations after they left their loops.
     ///
-    /// This is how a runtime stops `k` workers, blocked or about to block: set its
-    /// own stop flag, call `shutdown` once, join them. A worker that passed its
-    /// flag check but has not blocked yet still returns: `deliver` counts itself as
+    /// This is how a runtime stops `k` workers, blocked or about to block: each
+    /// worker loops until its `deliver` says [`Events::is_shutdown`](crate::Events::is_shutdown)
+    /// (no stop flag of its own is needed), and the runtime calls `shutdown` once
+    /// and joins them. A worker about to block still returns: `deliver` counts itself as
     /// a waiter and reads the shutdown bit in one read-modify-write of the word
     /// `shutdown` sets, so either the worker sees the bit, or `shutdown` sees the
     /// worker and wakes the kernel; each `deliver` that returns shut down wakes the
