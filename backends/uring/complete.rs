@@ -50,21 +50,11 @@ pub(super) fn kernel_io(e: KernelError) -> io::Error {
 
 impl Ring {
     /// Takes completions into `out` (at most `max` in all), handling the waker's,
-    /// the removes' and cancelled ones; a flagged overflow is flushed while there is
-    /// room. Returns whether completions are left in the queue.
-    #[inline(always)]
-    pub(super) fn reap(
-        &self,
-        g: &mut Shared,
-        out: &mut Vec<RawEvent>,
-        max: usize,
-    ) -> io::Result<bool> {
-        self.reap_then(g, out, max, true)
-    }
-
-    /// [`reap`](Self::reap); `flush` false: a flagged overflow is left for the
-    /// caller's next `io_uring_enter` with `IORING_ENTER_GETEVENTS` (which
-    /// flushes it) where the queue is empty.
+    /// the removes' and cancelled ones; with `flush`, a flagged overflow is
+    /// flushed while there is room (else it is left for the caller's next
+    /// `io_uring_enter` with `IORING_ENTER_GETEVENTS`, which flushes it). Returns
+    /// whether completions are left in the queue. Called by the ring's leader
+    /// (`handover.rs`) only, under the mutex.
     #[inline(always)]
     pub(super) fn reap_then(
         &self,
@@ -167,7 +157,7 @@ impl Ring {
         p.older = 0;
         if std::mem::replace(&mut p.fast, false) {
             // The common arm's request (see `settle`).
-            self.wake_departing(g);
+            self.handover.settled();
         } else {
             self.settle_counted(g, slot);
         }
@@ -213,7 +203,7 @@ impl Ring {
     ) -> Option<squeue::Entry> {
         let user_data = cqe.user_data();
         if user_data == WAKER {
-            g.kicked = false;
+            self.handover.unkick();
             if !cqueue::more(cqe.flags()) {
                 // The multishot poll ended (a full queue, or cancelled): again.
                 return Some(waker_poll(&self.waker));

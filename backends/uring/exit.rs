@@ -3,7 +3,6 @@
 //! pending requests again when it exits.
 
 use super::ring::{Ring, EPOLL_SLOT, NONE};
-use crate::stats::Count;
 use crate::token::pack64;
 use io_uring::{opcode, types};
 use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -113,17 +112,12 @@ impl Ring {
                     }
                 }
             }
-            let kick = queued && g.leader && !g.kicked;
-            if kick {
-                g.kicked = true;
-            }
-            kick
+            queued
         };
         if kick {
             // The leader returns, finds nothing to deliver, and enters again,
             // submitting what was queued from its own, live, thread.
-            self.counters.one(Count::Wake);
-            let _ = rustix::io::write(&self.waker, &1u64.to_ne_bytes());
+            self.handover.nudge(self);
         }
     }
 }

@@ -12,9 +12,14 @@
 //!   one push into the submission queue;
 //! - `lock.rs`: the mutex over that state, a futex word without poisoning;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
-//!   submitted at once where a leader is blocked in the kernel;
-//! - `handover.rs`: the wait, the leader in `io_uring_enter`, the followers on the
-//!   hand-over futex, and the binary waker;
+//!   submitted at once where another thread holds the ring (it may be in the
+//!   kernel);
+//! - `handover.rs`: the hand-over protocol, generic over the ring so that the
+//!   loom models (`src/loom_tests/handover.rs`) run it too: one thread at a time
+//!   holds the ring (it alone takes completions and waits in the kernel), the
+//!   followers, departing deregisters and the binary waker;
+//! - `enter.rs`: the ring's side of it, its `io_uring_enter` calls and the
+//!   eventfd write;
 //! - `complete.rs`: completion routing, each completion taken from the queue sent
 //!   where it belongs (the waker's, a remove's answer, a cancelled request queued
 //!   again, a stale one, the delivery);
@@ -25,9 +30,9 @@
 
 mod complete;
 mod depart;
+mod enter;
 mod exit;
 mod half_closed;
-mod handover;
 mod lock;
 mod ring;
 mod submit;
@@ -70,20 +75,24 @@ use std::time::Duration;
 /// - deregister: the same remove, submitted before `deregister` returns, which
 ///   returns only once no poll request of the registration is left (`depart.rs`).
 ///   A request holds a reference to its file until it has ended, and the kernel
-///   ends a removed request through task work run by the thread that submitted it
-///   (`io_poll_remove` in io_uring/poll.c, then `io_req_task_complete`, which
+///   ends a removed request through task work run by the thread that submitted
+///   it (`io_poll_remove` in io_uring/poll.c, then `io_req_task_complete`, which
 ///   posts the completion and frees the request). So when `deregister` returns
 ///   the ring holds no reference to the file: a `close` right after it releases
 ///   the socket (the peer reads EOF, a listener's port can be bound again). The
-///   price, once per descriptor: with no other thread in the kernel, one
-///   `io_uring_enter` (counted in `Stats::ctl_calls`) that submits the remove and
-///   waits for the request's end, wherever a request may be left (armed,
-///   submitted or not; disarmed, its remove not yet answered); none after a
-///   delivery. With a leader blocked in the kernel, one `io_uring_enter` that
-///   submits, then a futex wait until the leader, which returns for the
-///   completion, has taken it. Completions of other registrations taken
-///   meanwhile are kept for the next wait. A submitting thread stopped (SIGSTOP,
-///   a debugger) delays the deregistration until it runs again. Measured
+///   price, once per descriptor: with the ring free, one `io_uring_enter`
+///   (counted in `Stats::ctl_calls`) that submits the remove and waits for the
+///   request's end, wherever a request may be left (armed, submitted or not;
+///   disarmed, its remove not yet answered); none after a delivery. Completions
+///   of other registrations it takes meanwhile are kept for the next wait. With
+///   the ring held by another thread (in the kernel, or about to be), one
+///   `io_uring_enter` that submits, then a futex wait until that thread, which
+///   returns for the completion, has taken it. A submitting thread stopped
+///   (SIGSTOP, a debugger) delays the deregistration until it runs again. When
+///   the kernel refuses the enter (EAGAIN, ENOMEM), `deregister` returns that
+///   error, the remove stays queued for the next enter, and a `deregister` of
+///   the same registration again finishes the job (EINTR and EBUSY are retried
+///   inside). Measured
 ///   (`cargo bench --bench scale`, one thread, N armed idle sockets): 1.8 µs per
 ///   deregistration at N = 1,000, 23 µs at 10,000 (epoll: 1.2 and 3.3 µs), the
 ///   growth the kernel's: it finds the request to remove in a hash table of 16
@@ -170,16 +179,33 @@ use std::time::Duration;
 ///
 /// # Several waiters on one ring
 ///
-/// The submission and completion queues are each used under one mutex, held only
-/// for pushes and reaps, never across `io_uring_enter`. One waiter at a time, the
-/// *leader*, blocks in `io_uring_enter` (submitting what is queued and waiting for
-/// one completion); the others wait on a futex word (futex(2)) for a hand-over. A
-/// waiter first takes what the completion queue already holds (no system call); the
-/// leader, when it returns, leaves the completions it has no room for in the queue
-/// and wakes one follower, which takes them or becomes the next leader. Each completion is taken
-/// from the queue by one thread under the mutex, so it reaches exactly one waiter.
-/// The price at T=2: an arm made while the other thread leads costs one
-/// `io_uring_enter`, and a wake-up of a follower is a futex wake.
+/// The submission queue and the ring's own state are used under one mutex,
+/// held only for pushes and reaps, never across `io_uring_enter`. Who may take
+/// completions is the hand-over's rule (`handover.rs`): one thread at a time
+/// *holds the ring* (the leader), and only it takes completions from the queue
+/// or waits in the kernel; it takes the ring with one compare-and-swap and
+/// gives it back before `deliver` returns. The others wait on a futex word
+/// (futex(2)) for a hand-over: a blocking wait as a *follower*, a `deregister`
+/// as a *departing* thread; a wait with a zero timeout takes only a wake-up or
+/// parked events and returns.
+///
+/// Why one thread: a thread waiting in `io_uring_enter` is woken when the
+/// completion queue's tail passes the head it read on its way in
+/// (`io_cqring_wait` and `io_should_wake` in io_uring/io_uring.c). A completion
+/// another thread took first moves the head with it, and the waiter sleeps on
+/// for the next one. Before this rule, a `deregister` that waited in the kernel
+/// for its request's end, beside threads polling with a zero timeout, could
+/// sleep for good: a poll had taken that completion. With one taker, every
+/// completion posted ends the leader's enter, and the leader passes on what
+/// others wait for: it wakes one follower when it gives the ring back (which
+/// takes what it left, or leads next), and wakes departing deregisters when it
+/// takes their slot's last completion and when it gives the ring back. A
+/// wake-up reaches a follower through the futex word, the leader through the
+/// eventfd (below). The protocol is model-checked with loom on a modelled
+/// completion queue whose waits behave as the kernel's.
+///
+/// The price at T=2: an arm made while the other thread holds the ring costs
+/// one `io_uring_enter`, and a hand-over is a futex wake.
 ///
 /// That price is large, and it is the kernel's: a poll request completes through
 /// task work run by the thread that submitted it. When that thread is a follower
@@ -223,8 +249,11 @@ use std::time::Duration;
 /// wait to look takes. With no waiter blocked it costs no system call; with a
 /// follower waiting, a futex wake; with only the leader blocked in the
 /// kernel, one eventfd write, which completes the eventfd's multishot
-/// `IORING_OP_POLL_ADD` (one completion per write, never read back). A wait that was
-/// not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
+/// `IORING_OP_POLL_ADD` (one completion per write, never read back), unless a
+/// write is on its way already. A leader that takes that completion before it
+/// enters (the write came between its look and its enter) checks the flag
+/// before it sleeps. A wait that was not woken makes no system call for the
+/// waker. (An `IORING_OP_MSG_RING` to the
 /// ring itself would also need one `io_uring_enter` per wake-up of a blocked
 /// leader; the eventfd was kept as the simpler of two equal costs, not measured.)
 ///

@@ -7,11 +7,12 @@ use crate::backend::RawEvent;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
 use crate::token::{pack64, unpack64};
+use crate::uring_handover::Handover;
 use io_uring::{opcode, squeue, types, IoUring};
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
@@ -96,17 +97,9 @@ impl Pending {
 pub(super) struct Shared {
     /// Per slot: the request a completion must carry to be the current one.
     pub(super) pending: Vec<Pending>,
-    /// A thread is blocked (or about to block) in `io_uring_enter` waiting.
-    pub(super) leader: bool,
-    /// The leader has been sent an eventfd write it has not yet returned for.
-    pub(super) kicked: bool,
-    /// Threads waiting for a hand-over (on the `handoff` futex).
-    pub(super) followers: usize,
     /// Completions taken from the queue so far (with the queue's length: how many
     /// the kernel has posted, to tell a signal from a completion).
     pub(super) reaped: u64,
-    /// A wake-up no wait has taken yet (the binary waker: later ones merge).
-    pub(super) woken: bool,
     /// Slots whose current arming the private epoll instance watches.
     pub(super) epoll_armed: usize,
     /// The stamp of the pending poll request on the private epoll instance's own
@@ -121,10 +114,8 @@ pub(super) struct Shared {
     /// A deregister waits for the sum, [`inflight`](Self::inflight), to be 0
     /// (`depart.rs`).
     pub(super) inflight: Vec<u32>,
-    /// Deregisters waiting for their slot's requests to end (on `departed`).
-    pub(super) departing: usize,
-    /// Events a deregister took from the completion queue while it waited, for
-    /// the next wait to deliver.
+    /// Events a deregister took from the completion queue while it led, for the
+    /// next wait to deliver (`PARKED` in the hand-over's word says so).
     pub(super) parked: Vec<RawEvent>,
 }
 
@@ -132,16 +123,11 @@ impl Shared {
     pub(super) fn new() -> Shared {
         Shared {
             pending: Vec::new(),
-            leader: false,
-            kicked: false,
-            followers: 0,
             reaped: 0,
-            woken: false,
             epoll_armed: 0,
             epoll_poll: 0,
             epoll_seq: 1,
             inflight: Vec::new(),
-            departing: 0,
             parked: Vec::new(),
         }
     }
@@ -206,15 +192,11 @@ pub(super) struct Ring {
     /// only closes the child's copy of its descriptor.
     pub(super) abandoned: AtomicBool,
     pub(super) shared: Lock<Shared>,
-    /// Followers wait on this word (futex(2)) for the leader's hand-over or a
-    /// wake-up: bumped, under the mutex, by each. A futex wait, unlike a condition
-    /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
-    /// a thread blocked in the kernel does.
-    pub(super) handoff: AtomicU32,
-    /// Deregisters waiting for a leader's reap wait on this word (futex(2)):
-    /// bumped, under the mutex, when a slot's last request is reaped and when a
-    /// leader leaves the kernel.
-    pub(super) departed: AtomicU32,
+    /// Who holds the ring, and the futex words the others sleep on
+    /// (`handover.rs`). A futex wait, unlike a condition variable's, ends with
+    /// EINTR on a signal, so a follower says `Interrupted` as a thread blocked in
+    /// the kernel does.
+    pub(super) handover: Handover,
     /// The fork count (`crate::fork`) when the ring was made: a thread exiting in
     /// a forked child must not touch the parent's ring (see [`Submitters`](super::exit::Submitters)).
     pub(super) forks: u64,
@@ -338,8 +320,7 @@ impl Ring {
             ring: ManuallyDrop::new(ring),
             abandoned: AtomicBool::new(false),
             shared: Lock::new(Shared::new()),
-            handoff: AtomicU32::new(0),
-            departed: AtomicU32::new(0),
+            handover: Handover::new(),
             forks: crate::fork::install(),
             waker,
             epoll: OnceLock::new(),

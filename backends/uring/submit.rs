@@ -85,7 +85,7 @@ impl Ring {
                 } else {
                     p.fast = true;
                 }
-                g.leader
+                self.handover.led()
             }
         };
         self.submit_for_leader(leader)
@@ -166,7 +166,7 @@ impl Ring {
                 ..pending
             };
         }
-        Ok(g.leader)
+        Ok(self.handover.led())
     }
 
     /// Removes the slot's pending request or epoll entry, if any. A disarm
@@ -207,7 +207,7 @@ impl Ring {
             if old.user_data == NONE || old.via_epoll {
                 return Ok(());
             }
-            g.leader
+            self.handover.led()
         };
         self.submit_for_leader(leader)
     }

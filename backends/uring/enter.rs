@@ -1,0 +1,192 @@
+//! The ring's side of the hand-over (`handover.rs`): its `io_uring_enter`
+//! calls, the eventfd write that kicks a leader out of the kernel, and the
+//! [`RingOps`] the protocol runs on.
+
+use super::ring::{Ring, ENTRIES};
+use crate::backend::RawEvent;
+use crate::deadline::Countdown;
+use crate::stats::Count;
+use crate::uring_handover::{Handover, Look, RingOps};
+use io_uring::types;
+use rustix::fd::{AsRawFd, BorrowedFd};
+use rustix::io::Errno;
+use std::io;
+use std::time::Duration;
+
+impl Ring {
+    /// The wait (see "Several waiters on one ring" on `Uring`): the hand-over's,
+    /// with a deadline taken at the first turn. Returns whether it consumed a
+    /// wake-up.
+    #[inline(always)]
+    pub(super) fn wait(
+        &self,
+        out: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let deadline = Countdown::new(timeout);
+        self.handover
+            .wait(self, out, max.max(1), || deadline.left())
+    }
+
+    /// The binary waker (see the module docs of `handover.rs`).
+    pub(super) fn wake(&self) -> io::Result<()> {
+        self.handover.wake(self)
+    }
+
+    /// One `io_uring_enter` that submits `to_submit` entries (the submission
+    /// queue's length read under the mutex) and waits for a completion for at
+    /// most `timeout` (`None`: no limit). Timing out is `Ok`. Returns how many
+    /// entries it submitted: the kernel answers that count, not EINTR, when a
+    /// signal ends the wait of an enter that submitted something.
+    #[inline(always)]
+    fn enter_for(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<usize> {
+        self.counters.one(Count::Wait);
+        let Some(t) = timeout else {
+            // What `submit_and_wait(1)` enters with on this ring (no SQPOLL, no
+            // IOPOLL, no deferred task work: GETEVENTS alone), with the length
+            // the caller read under the mutex instead of its reads of the
+            // queue's length and flags, and rustix's system call instead of
+            // libc's `syscall`. The kernel waits only if it submitted all
+            // `to_submit` (else it answers the count at once, and the caller
+            // looks again).
+            // SAFETY: the ring's descriptor is open for as long as `self`; no
+            // argument structure is passed, and the queued entries (polls and
+            // removes) refer to no memory of ours.
+            let r = unsafe {
+                rustix::io_uring::io_uring_enter(
+                    BorrowedFd::borrow_raw(self.ring.as_raw_fd()),
+                    to_submit,
+                    1,
+                    rustix::io_uring::IoringEnterFlags::GETEVENTS,
+                )
+            };
+            return match r {
+                Ok(submitted) => Ok(submitted as usize),
+                // ETIME: timed out. EBUSY: completions wait in the overflow list;
+                // the reap that follows flushes them.
+                Err(Errno::TIME | Errno::BUSY) => Ok(0),
+                Err(e) => Err(e.into()),
+            };
+        };
+        // A timespec as long as the kernel accepts: clamp what is huge.
+        let t = t.min(Duration::from_secs(1 << 40));
+        let ts = types::Timespec::from(t);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(submitted) => Ok(submitted),
+            // As above.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The submission queue's length (under the mutex).
+    #[inline(always)]
+    fn to_submit(&self) -> u32 {
+        let _held = self.lock();
+        // SAFETY: under the mutex: the only submission queue handle; it only reads
+        // the queue's length.
+        let sq = unsafe { self.ring.submission_shared() };
+        let n = sq.len() as u32;
+        // Nothing pushed: no tail to write back (the drop would store it).
+        std::mem::forget(sq);
+        n
+    }
+}
+
+impl RingOps for Ring {
+    #[inline(always)]
+    fn reap(&self, _h: &Handover, out: &mut Vec<RawEvent>, max: usize) -> io::Result<Look> {
+        let mut g = self.lock();
+        self.reap_then(&mut g, out, max, true)?;
+        // SAFETY: under the mutex: the only queue handles; they only read the
+        // queues' lengths.
+        let (sq, cq) = unsafe { (self.ring.submission_shared(), self.ring.completion_shared()) };
+        let look = Look {
+            queued: sq.len() as u32,
+            posted: g.reaped + cq.len() as u64,
+        };
+        // Nothing pushed or taken: no tail or head to write back (the drops
+        // would store them).
+        std::mem::forget(sq);
+        std::mem::forget(cq);
+        Ok(look)
+    }
+
+    fn reap_parking(&self, h: &Handover) -> io::Result<()> {
+        let mut g = self.lock();
+        let mut parked = std::mem::take(&mut g.parked);
+        let r = self.reap_then(&mut g, &mut parked, usize::MAX, true);
+        if !parked.is_empty() {
+            h.park();
+        }
+        g.parked = parked;
+        r.map(drop)
+    }
+
+    fn take_parked(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) {
+        let mut g = self.lock();
+        let n = g.parked.len().min(max.saturating_sub(out.len()));
+        out.extend(g.parked.drain(..n));
+        if g.parked.is_empty() {
+            h.unpark();
+        }
+    }
+
+    fn queued(&self) -> bool {
+        self.to_submit() > 0
+    }
+
+    #[inline(always)]
+    fn enter(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<bool> {
+        self.note_submitter();
+        Ok(self.enter_for(to_submit, timeout)? > 0)
+    }
+
+    fn enter_depart(&self) -> io::Result<()> {
+        self.note_submitter();
+        self.counters.one(Count::CtlCall);
+        self.ring.submitter().submit_and_wait(1).map(drop)
+    }
+
+    fn enter_nowait(&self) -> io::Result<()> {
+        self.note_submitter();
+        self.counters.one(Count::Wait);
+        // SAFETY: no argument structure is passed (a null pointer).
+        let r = unsafe {
+            let submitter = self.ring.submitter();
+            submitter.enter::<libc::sigset_t>(
+                ENTRIES,
+                0,
+                io_uring::EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn submit(&self) -> io::Result<()> {
+        self.note_submitter();
+        self.counters.one(Count::CtlCall);
+        self.ring.submit().map(drop)
+    }
+
+    fn kick(&self) -> io::Result<()> {
+        self.counters.one(Count::Wake);
+        match rustix::io::write(&self.waker, &1u64.to_ne_bytes()) {
+            // EAGAIN: the counter is at its maximum; the poll fires for readability
+            // all the same.
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn inflight(&self, slot: u32) -> u32 {
+        self.lock().inflight(slot)
+    }
+}
