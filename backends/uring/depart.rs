@@ -7,8 +7,9 @@
 //! it (`io_poll_remove` and `io_poll_cancel_req` in io_uring/poll.c, then
 //! `io_req_task_complete`), which posts its completion (`-ECANCELED`) and frees the
 //! request (`io_free_batch_list` puts the file). A deregister therefore submits the
-//! remove at once and waits until every request of the slot has ended: the slot's
-//! `inflight` count, pushed minus taken, is 0.
+//! remove at once and waits until every request of the slot has ended: the count
+//! of requests in flight in the slot's word (`slots.rs`), pushed minus taken, is
+//! 0.
 //!
 //! Who takes that completion is the hand-over's rule (`handover.rs`,
 //! [`Handover::depart`](crate::uring_handover::Handover::depart)): with the ring
@@ -27,7 +28,7 @@
 //! would have. EINTR (a signal, or the kernel's task-work notification) and EBUSY
 //! (completions in the overflow list, which the next take flushes) look again.
 
-use super::ring::{Ring, Shared};
+use super::ring::Ring;
 use crate::state::KernelError;
 
 impl Ring {
@@ -35,30 +36,5 @@ impl Ring {
     /// caller has queued the removes.
     pub(super) fn depart(&self, slot: u32) -> Result<(), KernelError> {
         self.handover.depart(self, slot).map_err(KernelError::Other)
-    }
-
-    /// A completion of `slot` was taken: one request fewer in flight (the
-    /// uncounted one, `Pending::fast`, first).
-    #[inline(always)]
-    pub(super) fn settle(&self, g: &mut Shared, slot: u32) {
-        if let Some(p) = g.pending.get_mut(slot as usize) {
-            if std::mem::replace(&mut p.fast, false) {
-                // Waiting deregisters look again (their slot's count may be 0).
-                self.handover.settled();
-                return;
-            }
-        }
-        self.settle_counted(g, slot);
-    }
-
-    /// [`settle`](Self::settle) where the slot has no uncounted request.
-    #[inline(always)]
-    pub(super) fn settle_counted(&self, g: &mut Shared, slot: u32) {
-        if let Some(n) = g.inflight.get_mut(slot as usize) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.handover.settled();
-            }
-        }
     }
 }

@@ -3,14 +3,16 @@
 //! [`RingOps`] the protocol runs on.
 
 use super::ring::{Ring, ENTRIES};
-use crate::backend::RawEvent;
+use super::slots::inflight;
+use crate::backend::{EventSink, RawEvent};
 use crate::deadline::Countdown;
 use crate::stats::Count;
-use crate::uring_handover::{Handover, Look, RingOps};
+use crate::uring_handover::{Handover, RingOps};
 use io_uring::types;
 use rustix::fd::{AsRawFd, BorrowedFd};
 use rustix::io::Errno;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 impl Ring {
@@ -18,15 +20,19 @@ impl Ring {
     /// with a deadline taken at the first turn. Returns whether it consumed a
     /// wake-up.
     #[inline(always)]
-    pub(super) fn wait(
+    pub(super) fn wait<S: EventSink>(
         &self,
-        out: &mut Vec<RawEvent>,
+        sink: &mut S,
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
+        if timeout.is_none() {
+            // No deadline: nothing to count down.
+            return self.handover.wait(self, sink, max.max(1), || None);
+        }
         let deadline = Countdown::new(timeout);
         self.handover
-            .wait(self, out, max.max(1), || deadline.left())
+            .wait(self, sink, max.max(1), || deadline.left())
     }
 
     /// The binary waker (see the module docs of `handover.rs`).
@@ -97,41 +103,36 @@ impl Ring {
 
 impl RingOps for Ring {
     #[inline(always)]
-    fn reap(&self, _h: &Handover, out: &mut Vec<RawEvent>, max: usize) -> io::Result<Look> {
-        let mut g = self.lock();
-        self.reap_then(&mut g, out, max, true)?;
-        // SAFETY: under the mutex: the only queue handles; they only read the
-        // queues' lengths.
-        let (sq, cq) = unsafe { (self.ring.submission_shared(), self.ring.completion_shared()) };
-        let look = Look {
-            queued: sq.len() as u32,
-            posted: g.reaped + cq.len() as u64,
-        };
-        // Nothing pushed or taken: no tail or head to write back (the drops
-        // would store them).
-        std::mem::forget(sq);
-        std::mem::forget(cq);
-        Ok(look)
+    fn reap<S: EventSink>(&self, _h: &Handover, sink: &mut S, room: usize) -> io::Result<usize> {
+        Ring::reap(self, sink, room)
+    }
+
+    #[inline(always)]
+    fn reaped(&self) -> u64 {
+        self.reaped.load(Ordering::Relaxed)
     }
 
     fn reap_parking(&self, h: &Handover) -> io::Result<()> {
-        let mut g = self.lock();
-        let mut parked = std::mem::take(&mut g.parked);
-        let r = self.reap_then(&mut g, &mut parked, usize::MAX, true);
+        let mut parked: Vec<RawEvent> = Vec::new();
+        let r = Ring::reap(self, &mut parked, usize::MAX);
         if !parked.is_empty() {
+            let mut g = self.lock();
+            g.parked.append(&mut parked);
             h.park();
         }
-        g.parked = parked;
         r.map(drop)
     }
 
-    fn take_parked(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) {
+    fn take_parked<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> usize {
         let mut g = self.lock();
-        let n = g.parked.len().min(max.saturating_sub(out.len()));
-        out.extend(g.parked.drain(..n));
+        let n = g.parked.len().min(room);
+        for ev in g.parked.drain(..n) {
+            sink.event(ev);
+        }
         if g.parked.is_empty() {
             h.unpark();
         }
+        n
     }
 
     fn queued(&self) -> bool {
@@ -139,7 +140,8 @@ impl RingOps for Ring {
     }
 
     #[inline(always)]
-    fn enter(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<bool> {
+    fn enter(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let to_submit = self.to_submit();
         self.note_submitter();
         Ok(self.enter_for(to_submit, timeout)? > 0)
     }
@@ -187,6 +189,8 @@ impl RingOps for Ring {
     }
 
     fn inflight(&self, slot: u32) -> u32 {
-        self.lock().inflight(slot)
+        self.reqs
+            .get(slot)
+            .map_or(0, |r| inflight(r.word.load(Ordering::Acquire)))
     }
 }

@@ -60,7 +60,7 @@
 //! (`src/loom_tests/handover.rs`) run it on a modelled completion queue whose
 //! waits behave as `io_cqring_wait` does, under every interleaving.
 
-use crate::backend::RawEvent;
+use crate::backend::EventSink;
 use std::io;
 use std::time::Duration;
 
@@ -89,32 +89,36 @@ const DEPARTINGS: u64 = !((1 << 32) - 1);
 /// take completions ([`reap`](Self::reap), [`reap_parking`](Self::reap_parking))
 /// or wait ([`enter`](Self::enter), [`enter_depart`](Self::enter_depart)).
 pub(crate) trait RingOps {
-    /// Takes completions from the queue into `out` (at most `max` in `out` in
-    /// all), routing the ring's own (the waker's, the removes', cancelled
+    /// Takes completions from the queue, handing at most `room` events to
+    /// `sink`, and routes the ring's own (the waker's, the removes', cancelled
     /// requests queued again). A slot whose last request in flight is taken
     /// calls [`Handover::settled`], the waker's completion
-    /// [`Handover::unkick`]. Returns what the leader needs next, read in the
-    /// same look. Called by the leader only.
-    fn reap(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) -> io::Result<Look>;
+    /// [`Handover::unkick`]. Called by the leader only.
+    /// Returns how many events went to `sink`; with none, the queue is empty.
+    fn reap<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> io::Result<usize>;
+
+    /// Completions taken from the queue so far, of every kind (the waker's,
+    /// stale ones): the same before and after an enter whose reap found nothing
+    /// means nothing was posted across the enter. Called by the leader.
+    fn reaped(&self) -> u64;
 
     /// Takes every completion in the queue; events for registrations are parked
     /// for the next wait (and [`Handover::park`] called). Called by a departing
     /// leader only.
     fn reap_parking(&self, h: &Handover) -> io::Result<()>;
 
-    /// Moves parked events into `out` (at most `max` in `out` in all), and calls
-    /// [`Handover::unpark`] when none are left. Any thread.
-    fn take_parked(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize);
+    /// Hands at most `room` parked events to `sink` and returns how many, and
+    /// calls [`Handover::unpark`] when none are left. Any thread.
+    fn take_parked<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> usize;
 
     /// Whether entries wait in the submission queue.
     fn queued(&self) -> bool;
 
-    /// One `io_uring_enter` that submits `to_submit` queued entries (the length
-    /// the leader's reap read) and waits for a completion for at most `timeout`
-    /// (`None`: no limit); timing out is `Ok`. Returns whether it submitted
-    /// anything (then a signal that ends its wait is answered with the count,
-    /// not EINTR). Called by the leader only.
-    fn enter(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<bool>;
+    /// One `io_uring_enter` that submits what is queued and waits for a
+    /// completion for at most `timeout` (`None`: no limit); timing out is `Ok`.
+    /// Returns whether it submitted anything (then a signal that ends its wait is
+    /// answered with the count, not EINTR). Called by the leader only.
+    fn enter(&self, timeout: Option<Duration>) -> io::Result<bool>;
 
     /// A departing leader's enter: submits and waits for a completion, no limit.
     /// The kernel's error as it is (EINTR, EBUSY, EAGAIN, ENOMEM).
@@ -133,16 +137,6 @@ pub(crate) trait RingOps {
 
     /// The slot's poll requests whose completions have not been taken yet.
     fn inflight(&self, slot: u32) -> u32;
-}
-
-/// What the leader's reap read as it ended ([`RingOps::reap`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Look {
-    /// Entries in the submission queue.
-    pub(crate) queued: u32,
-    /// Completions posted so far: taken, and in the queue. The same after an
-    /// enter means nothing was posted across it.
-    pub(crate) posted: u64,
 }
 
 /// A futex word: the production one (futex(2)), or a model of it under loom.
@@ -357,14 +351,14 @@ impl Handover {
     }
 
     /// The wait: see the module docs. `left` says the time left of the call's
-    /// timeout at each turn (`None`: no limit). Appends at most `max` events to
-    /// `out` (which starts empty); returns whether it took a wake-up.
+    /// timeout at each turn (`None`: no limit). Hands at most `room` events to
+    /// `sink` (at least 1); returns whether it took a wake-up.
     #[inline(always)]
-    pub(crate) fn wait<R: RingOps>(
+    pub(crate) fn wait<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
-        out: &mut Vec<RawEvent>,
-        max: usize,
+        sink: &mut S,
+        room: usize,
         left: impl Fn() -> Option<Duration>,
     ) -> io::Result<bool> {
         // The common case: the ring free, nothing flagged, nobody waiting: take
@@ -374,42 +368,94 @@ impl Handover {
             .compare_exchange(0, LEADER, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            let look = ring.reap(self, out, max);
-            if look.is_ok() && !out.is_empty() {
-                self.give_back();
-                return Ok(false);
-            }
-            return self.wait_led(ring, out, max, left, look);
+            return match ring.reap(self, sink, room) {
+                Ok(0) => self.wait_led(ring, sink, room, left),
+                r => {
+                    self.give_back();
+                    r.map(|_| false)
+                }
+            };
         }
-        self.wait_on(ring, out, max, left, 0)
+        self.wait_on(ring, sink, room, left, 0)
     }
 
-    /// [`wait`](Self::wait) holding the ring, its first reap done (`look`).
-    #[inline(never)]
-    fn wait_led<R: RingOps>(
+    /// [`wait`](Self::wait) with no limit, holding the ring, after a reap
+    /// that found nothing: the common end, one enter that returns with
+    /// events, inline; anything else goes on in [`lead_on`](Self::lead_on).
+    #[inline(always)]
+    pub(crate) fn wait_led<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
-        out: &mut Vec<RawEvent>,
-        max: usize,
+        sink: &mut S,
+        room: usize,
         left: impl Fn() -> Option<Duration>,
-        look: io::Result<Look>,
+    ) -> io::Result<bool> {
+        let remaining = left();
+        if remaining.is_none() && self.word() == LEADER {
+            let reaped = ring.reaped();
+            let entered = ring.enter(None);
+            match ring.reap(self, sink, room) {
+                Ok(taken) if taken > 0 && entered.is_ok() => {
+                    self.give_back();
+                    return Ok(false);
+                }
+                after => {
+                    return self.wait_entered(ring, sink, room, left, reaped, entered, after);
+                }
+            }
+        }
+        self.wait_leading(ring, sink, room, left, remaining)
+    }
+
+    /// [`wait_led`](Self::wait_led) after an enter that did not end with
+    /// events: its end ([`entered`](Self::entered)), then the loop.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn wait_entered<R: RingOps, S: EventSink>(
+        &self,
+        ring: &R,
+        sink: &mut S,
+        room: usize,
+        left: impl Fn() -> Option<Duration>,
+        reaped: u64,
+        entered: io::Result<bool>,
+        after: io::Result<usize>,
+    ) -> io::Result<bool> {
+        match self.entered(ring, &left, reaped, entered, after)? {
+            Turn::Done => Ok(false),
+            Turn::Again => self.wait_on(ring, sink, room, left, 1),
+        }
+    }
+
+    /// [`wait_led`](Self::wait_led) holding the ring with a limit, a wake-up
+    /// flagged or another thread counted: one turn of the leader, then the
+    /// loop.
+    #[cold]
+    #[inline(never)]
+    fn wait_leading<R: RingOps, S: EventSink>(
+        &self,
+        ring: &R,
+        sink: &mut S,
+        room: usize,
+        left: impl Fn() -> Option<Duration>,
+        remaining: Option<Duration>,
     ) -> io::Result<bool> {
         let mut polls = 0;
-        let remaining = left();
-        match self.lead_on(ring, out, max, remaining, &left, &mut polls, look)? {
+        match self.lead_on(ring, sink, room, remaining, &left, &mut polls)? {
             Turn::Done => Ok(false),
-            Turn::Again => self.wait_on(ring, out, max, left, polls),
+            Turn::Again => self.wait_on(ring, sink, room, left, polls),
         }
     }
 
     /// The loop of [`wait`](Self::wait): lead when the ring is free, else take a
     /// wake-up or parked events, else follow. `polls`: enters made so far.
     #[inline(never)]
-    fn wait_on<R: RingOps>(
+    fn wait_on<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
-        out: &mut Vec<RawEvent>,
-        max: usize,
+        sink: &mut S,
+        room: usize,
         left: impl Fn() -> Option<Duration>,
         mut polls: u8,
     ) -> io::Result<bool> {
@@ -424,18 +470,25 @@ impl Handover {
                     // This thread leads: first what the take found (a wake-up
                     // made while the ring was free woke nobody), then the queue.
                     let consumed = self.take_woken(w);
-                    if w & PARKED != 0 {
-                        ring.take_parked(self, out, max);
-                    }
-                    if consumed || !out.is_empty() {
+                    let parked = if w & PARKED != 0 {
+                        ring.take_parked(self, sink, room)
+                    } else {
+                        0
+                    };
+                    if consumed || parked > 0 {
                         self.give_back();
                         return Ok(consumed);
                     }
-                    let look = ring.reap(self, out, max);
-                    match self.lead_on(ring, out, max, remaining, &left, &mut polls, look) {
-                        Ok(Turn::Done) => return Ok(false),
-                        Ok(Turn::Again) => {}
-                        Err(e) => return Err(e),
+                    match ring.reap(self, sink, room) {
+                        Ok(0) => {}
+                        r => {
+                            self.give_back();
+                            return r.map(|_| false);
+                        }
+                    }
+                    match self.lead_on(ring, sink, room, remaining, &left, &mut polls)? {
+                        Turn::Done => return Ok(false),
+                        Turn::Again => {}
                     }
                 }
                 None => {
@@ -444,10 +497,12 @@ impl Handover {
                         continue; // given back meanwhile: take it
                     }
                     let consumed = self.take_woken(w);
-                    if w & PARKED != 0 {
-                        ring.take_parked(self, out, max);
-                    }
-                    if consumed || !out.is_empty() || remaining == Some(Duration::ZERO) {
+                    let parked = if w & PARKED != 0 {
+                        ring.take_parked(self, sink, room)
+                    } else {
+                        0
+                    };
+                    if consumed || parked > 0 || remaining == Some(Duration::ZERO) {
                         return Ok(self.leave(ring, followed, consumed));
                     }
                     if let Err(e) = self.follow(remaining) {
@@ -460,32 +515,20 @@ impl Handover {
         }
     }
 
-    /// One turn of the leader, after its reap (`look`): with nothing taken, wait
-    /// in the kernel for the time `remaining` (a zero timeout: a few enters that
+    /// One turn of the leader, after a reap that found nothing: wait in the
+    /// kernel for the time `remaining` (a zero timeout: a few enters that
     /// submit and wait for nothing), and take what it returned for. Gives the
     /// ring back before returning.
     #[allow(clippy::too_many_arguments)]
-    fn lead_on<R: RingOps>(
+    fn lead_on<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
-        out: &mut Vec<RawEvent>,
-        max: usize,
+        sink: &mut S,
+        room: usize,
         remaining: Option<Duration>,
         left: &impl Fn() -> Option<Duration>,
         polls: &mut u8,
-        look: io::Result<Look>,
     ) -> io::Result<Turn> {
-        let look = match look {
-            Ok(look) => look,
-            Err(e) => {
-                self.give_back();
-                return Err(e);
-            }
-        };
-        if !out.is_empty() {
-            self.give_back();
-            return Ok(Turn::Done);
-        }
         if self.word() & WOKEN != 0 {
             // A wake-up came since the take; its kick, if one was written, may
             // be what the reap just took: take the flag rather than sleep.
@@ -497,7 +540,7 @@ impl Handover {
             // for what the reap queued (a cancelled request), a few times in
             // all (`polls`: this call's enters). The enter waits for nothing,
             // so the ring is given back across it.
-            let again = *polls == 0 || (*polls < 3 && look.queued > 0);
+            let again = *polls == 0 || (*polls < 3 && ring.queued());
             self.give_back();
             if !again {
                 return Ok(Turn::Done);
@@ -509,17 +552,31 @@ impl Handover {
         // A poll after this enter (the deadline passed) needs no enter of its
         // own unless a reap queued something.
         *polls = polls.saturating_add(1);
-        let entered = ring.enter(look.queued, remaining);
-        let after = ring.reap(self, out, max);
+        let reaped = ring.reaped();
+        let entered = ring.enter(remaining);
+        let after = ring.reap(self, sink, room);
+        self.entered(ring, left, reaped, entered, after)
+    }
+
+    /// The end of a leader's enter: `entered` its answer, `after` the reap that
+    /// followed, `reaped` the completions taken before it. Gives the ring back.
+    fn entered<R: RingOps>(
+        &self,
+        ring: &R,
+        left: &impl Fn() -> Option<Duration>,
+        reaped: u64,
+        entered: io::Result<bool>,
+        after: io::Result<usize>,
+    ) -> io::Result<Turn> {
         // The signal test before the ring is given back: afterwards another
-        // leader's completions would count.
-        let signal = matches!((&entered, &after), (Ok(true), Ok(a)) if a.posted == look.posted)
-            && out.is_empty()
+        // leader's completions would count. The reap before the enter found
+        // the queue empty, and one that finds nothing to deliver empties it.
+        let signal = matches!((&entered, &after), (Ok(true), Ok(0)))
+            && ring.reaped() == reaped
             && self.word() & WOKEN == 0;
         self.give_back();
         entered?;
-        after?;
-        if !out.is_empty() {
+        if after? > 0 {
             return Ok(Turn::Done);
         }
         if signal && left() != Some(Duration::ZERO) {

@@ -7,9 +7,11 @@
 //! - `mod.rs`: [`Uring`], its documentation, and the
 //!   [`Driver`](crate::backend::Driver) impl that maps the state machine's commands
 //!   onto the ring;
-//! - `ring.rs`: the ring and the state under its mutex (`Pending` per slot,
-//!   `Shared`), its creation (io_uring_setup(2), the waker's multishot poll) and the
-//!   one push into the submission queue;
+//! - `ring.rs`: the ring and the state under its mutex (`Shared`, with `Odd`,
+//!   what the rare paths keep per slot), its creation (io_uring_setup(2), the
+//!   waker's multishot poll) and the one push into the submission queue;
+//! - `slots.rs`: each slot's request record, one word the leader takes the common
+//!   completion against without the mutex, in pages allocated on first use;
 //! - `lock.rs`: the mutex over that state, a futex word without poisoning;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
 //!   submitted at once where another thread holds the ring (it may be in the
@@ -21,8 +23,9 @@
 //! - `enter.rs`: the ring's side of it, its `io_uring_enter` calls and the
 //!   eventfd write;
 //! - `complete.rs`: completion routing, each completion taken from the queue sent
-//!   where it belongs (the waker's, a remove's answer, a cancelled request queued
-//!   again, a stale one, the delivery);
+//!   where it belongs (the delivery or a stale one, against the slot's word
+//!   alone; under the mutex the waker's, a remove's answer, a cancelled request
+//!   queued again, a current one that needs more);
 //! - `half_closed.rs`: the private epoll instance for write-only armings of
 //!   half-closed sockets;
 //! - `exit.rs`: fork (a child's copy of the ring is dropped without touching the
@@ -35,9 +38,10 @@ mod exit;
 mod half_closed;
 mod lock;
 mod ring;
+mod slots;
 mod submit;
 
-use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::backend::{Backend, Driver, EventSink, RawEvent, Tag};
 use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
@@ -350,6 +354,20 @@ impl Driver for Uring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         self.ring.wait(out, max, timeout)
+    }
+
+    /// Each event straight from the completion queue: the leader takes
+    /// completions without the ring's mutex (`handover.rs`), so the poller's
+    /// table check runs as they are taken, with no copy through `scratch`.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        _scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        each: &mut impl EventSink,
+    ) -> io::Result<bool> {
+        self.ring.wait(each, max, timeout)
     }
 
     fn wake(&self) -> io::Result<()> {

@@ -20,9 +20,9 @@
 //! - the waker: an eventfd write posts one completion (the multishot poll's);
 //! - a clock that expires once (timed enters and timed futex sleeps end then).
 
-use crate::backend::RawEvent;
+use crate::backend::{EventSink, RawEvent};
 use crate::readiness::Readiness;
-use crate::uring_handover::{Handover, Look, RingOps};
+use crate::uring_handover::{Handover, RingOps};
 use loom::sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::io;
@@ -198,7 +198,7 @@ impl ModelRing {
             Some(t) if !t.is_zero() && self.expired() => Some(Duration::ZERO),
             t => t,
         };
-        let mut out = Vec::new();
+        let mut out: Vec<RawEvent> = Vec::new();
         let woken = self
             .handover
             .wait(self, &mut out, max, left)
@@ -231,12 +231,13 @@ impl ModelRing {
         (k.cq.len(), k.live.len())
     }
 
-    /// Takes completions into `out` (at most `max` there), and looks at the
-    /// queues as it ends.
-    fn take(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) -> Look {
+    /// Hands at most `room` completions' events to `sink`, and looks at the
+    /// queue as it ends.
+    fn take<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> usize {
         let mut u = self.user.lock().unwrap();
         let mut k = self.kernel.lock().unwrap();
-        while out.len() < max {
+        let mut taken = 0;
+        while taken < room {
             let Some((ud, res)) = k.cq.pop_front() else {
                 break;
             };
@@ -253,17 +254,15 @@ impl ModelRing {
             }
             if res >= 0 && u.pending[slot] == Some(generation) {
                 u.pending[slot] = None;
-                out.push(RawEvent {
+                taken += 1;
+                sink.event(RawEvent {
                     slot: slot as u32,
                     stamp: generation,
                     readiness: Readiness::READABLE,
                 });
             }
         }
-        Look {
-            queued: k.sq.len() as u32,
-            posted: u.reaped + k.cq.len() as u64,
-        }
+        taken
     }
 
     /// A waiting enter, as `io_cqring_wait` waits (see the module docs).
@@ -285,8 +284,12 @@ impl ModelRing {
 }
 
 impl RingOps for ModelRing {
-    fn reap(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) -> io::Result<Look> {
-        Ok(self.take(h, out, max))
+    fn reap<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> io::Result<usize> {
+        Ok(self.take(h, sink, room))
+    }
+
+    fn reaped(&self) -> u64 {
+        self.user.lock().unwrap().reaped
     }
 
     fn reap_parking(&self, h: &Handover) -> io::Result<()> {
@@ -300,20 +303,23 @@ impl RingOps for ModelRing {
         Ok(())
     }
 
-    fn take_parked(&self, h: &Handover, out: &mut Vec<RawEvent>, max: usize) {
+    fn take_parked<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> usize {
         let mut u = self.user.lock().unwrap();
-        let n = u.parked.len().min(max.saturating_sub(out.len()));
-        out.extend(u.parked.drain(..n));
+        let n = u.parked.len().min(room);
+        for ev in u.parked.drain(..n) {
+            sink.event(ev);
+        }
         if u.parked.is_empty() {
             h.unpark();
         }
+        n
     }
 
     fn queued(&self) -> bool {
         !self.kernel.lock().unwrap().sq.is_empty()
     }
 
-    fn enter(&self, _to_submit: u32, timeout: Option<Duration>) -> io::Result<bool> {
+    fn enter(&self, timeout: Option<Duration>) -> io::Result<bool> {
         assert_ne!(timeout, Some(Duration::ZERO), "a zero timeout never waits");
         Ok(self.enter_waiting(timeout.is_some()))
     }
