@@ -5,7 +5,7 @@
 //! needs more than its word (an error, `POLLERR`, a half-closed socket's).
 
 use super::ring::{fd_ref, waker_poll, Odd, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
-use super::slots::{self, inflight, ODD, ONE, PENDING, READS};
+use super::slots::{self, ODD, ONE, PENDING, READS};
 use crate::backend::{EventSink, RawEvent};
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -75,6 +75,11 @@ impl Ring {
         // while it holds the ring. Dropped (its head synced) at the end of the
         // block, on every path.
         let mut cq = unsafe { self.ring.completion_shared() };
+        if cq.is_empty() {
+            // Nothing taken: no head to write back (the drop would store it).
+            std::mem::forget(cq);
+            return Ok(0);
+        }
         let mut n = 0u64;
         let mut r = Ok(());
         while taken < room {
@@ -120,10 +125,7 @@ impl Ring {
             if w & PENDING == 0 || slots::generation(w) != generation {
                 // Not the slot's current request: fired before its remove was
                 // processed, the remove's answer, or for a freed slot.
-                let before = req.word.fetch_sub(ONE, Ordering::AcqRel);
-                if inflight(before) == 1 {
-                    self.handover.settled();
-                }
+                req.word.fetch_sub(ONE, Ordering::AcqRel);
                 self.counters.one(Count::Stale);
                 return Taken::Nothing;
             }
@@ -144,9 +146,6 @@ impl Ring {
                 Ok(_) => break,
                 Err(now) => w = now,
             }
-        }
-        if inflight(w) == 1 {
-            self.handover.settled();
         }
         sink.event(RawEvent {
             slot,
@@ -182,11 +181,8 @@ impl Ring {
                     if let Some(req) = self.reqs.get(slot).filter(|_| slot != EPOLL_SLOT) {
                         // A request queued again that could not be: the arming
                         // is lost, and nothing of it is in flight.
-                        let w = req.word.fetch_sub(ONE, Ordering::AcqRel) - ONE;
+                        req.word.fetch_sub(ONE, Ordering::AcqRel);
                         req.word.fetch_and(!PENDING, Ordering::AcqRel);
-                        if inflight(w) == 0 {
-                            self.handover.settled();
-                        }
                     }
                     return Err(kernel_io(e));
                 }
@@ -240,9 +236,6 @@ impl Ring {
         let req = self.reqs.get(slot)?;
         // One request fewer in flight, whichever it is.
         let w = req.word.fetch_sub(ONE, Ordering::AcqRel) - ONE;
-        if inflight(w) == 0 {
-            self.handover.settled();
-        }
         // A slot watched by the private epoll has no poll request pending: a
         // request with its tag is an older one.
         let current = w & PENDING != 0 && slots::generation(w) == generation;

@@ -34,10 +34,11 @@
 //!   (`io_uring_enter` without waiting: a leader in the kernel would not see it
 //!   until it returns), counts itself in the word and sleeps on the `departed`
 //!   futex word. The leader wakes for the cancelled request's completion, takes
-//!   it, and bumps `departed` when that slot's count of requests reaches 0
-//!   ([`Handover::settled`]) and whenever it gives the ring back. A deregister
-//!   looks at its slot's count again after counting itself, before it sleeps:
-//!   a leader that took the last completion in between did not see it counted;
+//!   it, and bumps `departed` whenever it gives the ring back, and before it
+//!   enters the kernel again holding it (its reap may have taken that
+//!   completion). A deregister looks at its slot's count again after counting
+//!   itself, before it sleeps: a leader that took the last completion in
+//!   between did not see it counted;
 //! - a *zero-timeout* wait never sleeps: with the ring held it takes only a
 //!   wake-up and parked events, never the queue, and returns;
 //! - a *wake-up* (the binary waker under `notify`) sets [`WOKEN`] in the word;
@@ -91,8 +92,7 @@ const DEPARTINGS: u64 = !((1 << 32) - 1);
 pub(crate) trait RingOps {
     /// Takes completions from the queue, handing at most `room` events to
     /// `sink`, and routes the ring's own (the waker's, the removes', cancelled
-    /// requests queued again). A slot whose last request in flight is taken
-    /// calls [`Handover::settled`], the waker's completion
+    /// requests queued again). The waker's completion calls
     /// [`Handover::unkick`]. Called by the leader only.
     /// Returns how many events went to `sink`; with none, the queue is empty.
     fn reap<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> io::Result<usize>;
@@ -323,15 +323,6 @@ impl Handover {
         w & WOKEN != 0 && self.word.fetch_and(!WOKEN, Ordering::AcqRel) & WOKEN != 0
     }
 
-    /// A slot's last request in flight was taken: departing deregisters look
-    /// again. Called by the leader's reap.
-    #[inline(always)]
-    pub(crate) fn settled(&self) {
-        if self.word() & DEPARTINGS != 0 {
-            self.departed.bump_wake(u32::MAX);
-        }
-    }
-
     /// The leader took the waker's completion: the kick on its way (if any) has
     /// come. A wake-up that found it on its way wrote nothing and left its flag
     /// to the leader, which checks the flag before it enters again.
@@ -535,6 +526,7 @@ impl Handover {
             self.give_back();
             return Ok(Turn::Again);
         }
+        self.before_enter();
         if remaining == Some(Duration::ZERO) {
             // A poll: submit what is queued and collect what is due, again only
             // for what the reap queued (a cancelled request), a few times in
@@ -556,6 +548,17 @@ impl Handover {
         let entered = ring.enter(remaining);
         let after = ring.reap(self, sink, room);
         self.entered(ring, left, reaped, entered, after)
+    }
+
+    /// Before the leader enters the kernel (holding the ring): departing
+    /// deregisters look again, since the reap just made may have taken their
+    /// slot's last completion, and the ring is not given back until the enter
+    /// returns.
+    #[inline(always)]
+    fn before_enter(&self) {
+        if self.word() & DEPARTINGS != 0 {
+            self.departed.bump_wake(u32::MAX);
+        }
     }
 
     /// The end of a leader's enter: `entered` its answer, `after` the reap that
@@ -733,6 +736,7 @@ impl Handover {
                     self.give_back();
                     return r;
                 }
+                self.before_enter();
                 let entered = ring.enter_depart();
                 let r = ring.reap_parking(self);
                 self.give_back();

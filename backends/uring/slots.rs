@@ -17,14 +17,17 @@
 //! `Odd` in `ring.rs`: its completions and arms go there).
 //!
 //! Records live in pages of 1,024 (16 KiB, zeroed: an all-zero record is a
-//! slot with nothing armed) allocated under the mutex on first use and freed
-//! with the ring. Page 0 has its own pointer; page `p` from 1 on is found
+//! slot with nothing armed), freed with the ring. Page 0 is allocated with the
+//! ring (most descriptor numbers are below 1,024, and its lookup then needs no
+//! load of a pointer); page `p` from 1 on is allocated under the mutex on first
+//! use and found
 //! through a directory of 21 segments, segment `s` holding `2^s` page pointers
 //! (pages `2^s` to `2^(s+1) - 1`), so every slot below 2^31 has a place. Every
 //! pointer is written once, from null to an allocation, under the mutex, and
 //! read with acquire: a lookup is lock-free.
 
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// A poll request of the slot's latest arming is in the kernel or queued.
@@ -66,6 +69,13 @@ pub(super) struct Req {
     pub(super) events: AtomicU32,
 }
 
+// SAFETY: `Reqs` owns its pages (freed by its `drop` only) and hands out
+// `&Req`, whose fields are atomics: as a `Box<[Req]>` would be, it is `Send`
+// and `Sync`.
+unsafe impl Send for Reqs {}
+// SAFETY: as above.
+unsafe impl Sync for Reqs {}
+
 /// Records per page.
 const PAGE: usize = 1024;
 /// Directory segments: pages 1 to 2^21 - 1, enough for 2^31 slots.
@@ -75,7 +85,8 @@ const _: () = assert!((PAGE << SEGMENTS) >= 1 << 31);
 /// Every slot's record. See the module docs.
 #[derive(Debug)]
 pub(super) struct Reqs {
-    first: AtomicPtr<Req>,
+    /// Page 0, allocated with the ring: most descriptor numbers are below 1,024.
+    first: NonNull<Req>,
     segments: [AtomicPtr<AtomicPtr<Req>>; SEGMENTS],
 }
 
@@ -110,7 +121,7 @@ fn place(page: usize) -> (usize, usize) {
 impl Reqs {
     pub(super) fn new() -> Reqs {
         Reqs {
-            first: AtomicPtr::new(std::ptr::null_mut()),
+            first: NonNull::new(zeroed::<Req>(PAGE)).expect("zeroed answers non-null"),
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
         }
     }
@@ -120,11 +131,12 @@ impl Reqs {
     #[inline(always)]
     pub(super) fn get(&self, slot: u32) -> Option<&Req> {
         let s = slot as usize;
-        let page = if s < PAGE {
-            self.first.load(Ordering::Acquire)
-        } else {
-            self.page(s / PAGE)
-        };
+        if s < PAGE {
+            // SAFETY: page 0 lives as long as `self` (freed by `drop`); `s`
+            // is in bounds.
+            return Some(unsafe { &*self.first.as_ptr().add(s) });
+        }
+        let page = self.page(s / PAGE);
         if page.is_null() {
             return None;
         }
@@ -164,17 +176,14 @@ impl Reqs {
     #[inline(never)]
     fn grow(&self, slot: u32) -> &Req {
         let s = slot as usize;
-        let at = if s < PAGE {
-            &self.first
-        } else {
-            let (segment, index) = place(s / PAGE);
-            let dir = &self.segments[segment];
-            if dir.load(Ordering::Acquire).is_null() {
-                dir.store(zeroed::<AtomicPtr<Req>>(1 << segment), Ordering::Release);
-            }
-            // SAFETY: as in `page`: allocated above or before, freed by `drop`.
-            unsafe { &*dir.load(Ordering::Acquire).add(index) }
-        };
+        // Page 0 is always there: `get` found nothing at 1,024 or more.
+        let (segment, index) = place(s / PAGE);
+        let dir = &self.segments[segment];
+        if dir.load(Ordering::Acquire).is_null() {
+            dir.store(zeroed::<AtomicPtr<Req>>(1 << segment), Ordering::Release);
+        }
+        // SAFETY: as in `page`: allocated above or before, freed by `drop`.
+        let at = unsafe { &*dir.load(Ordering::Acquire).add(index) };
         if at.load(Ordering::Acquire).is_null() {
             at.store(zeroed::<Req>(PAGE), Ordering::Release);
         }
@@ -193,7 +202,7 @@ impl Reqs {
                 f((page * PAGE + i) as u32, unsafe { &*base.add(i) });
             }
         };
-        page_of(0, self.first.load(Ordering::Acquire));
+        page_of(0, self.first.as_ptr());
         for (segment, dir) in self.segments.iter().enumerate() {
             let dir = dir.load(Ordering::Acquire);
             if dir.is_null() {
@@ -210,11 +219,8 @@ impl Reqs {
 
 impl Drop for Reqs {
     fn drop(&mut self) {
-        let first = *self.first.get_mut();
-        if !first.is_null() {
-            // SAFETY: allocated by `grow` as a page; no borrow outlives `&mut self`.
-            unsafe { free(first, PAGE) };
-        }
+        // SAFETY: allocated by `new` as a page; no borrow outlives `&mut self`.
+        unsafe { free(self.first.as_ptr(), PAGE) };
         for (segment, dir) in self.segments.iter_mut().enumerate() {
             let dir = *dir.get_mut();
             if dir.is_null() {

@@ -55,7 +55,9 @@
 //! - a leader that enters the kernel without looking at the wake-up flag after
 //!   its reap took the eventfd's completion, and a departing deregister that
 //!   sleeps without looking at its slot again after counting itself (each a
-//!   deadlock, found while writing the protocol).
+//!   deadlock, found while writing the protocol);
+//! - a leader that enters the kernel again, holding the ring, without waking
+//!   the departing deregisters its reap may have served (a deadlock).
 
 mod handover;
 mod kernel;

@@ -249,9 +249,6 @@ impl ModelRing {
             }
             let (slot, generation) = (ud as u32 as usize, (ud >> 32) as u32);
             u.inflight[slot] -= 1;
-            if u.inflight[slot] == 0 {
-                h.settled();
-            }
             if res >= 0 && u.pending[slot] == Some(generation) {
                 u.pending[slot] = None;
                 taken += 1;
