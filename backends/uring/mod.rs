@@ -183,9 +183,11 @@ use std::time::Duration;
 ///
 /// # Several waiters on one ring
 ///
-/// The submission queue and the ring's own state are used under one mutex,
-/// held only for pushes and reaps, never across `io_uring_enter`. Who may take
-/// completions is the hand-over's rule (`handover.rs`): one thread at a time
+/// The submission queue and the ring's rare state are used under one mutex,
+/// held only for pushes and the rare completions, never across
+/// `io_uring_enter`: an arm takes it once, an entering wait once (for the
+/// queue's length), a wait that finds completions posted not at all. Who may
+/// take completions is the hand-over's rule (`handover.rs`): one thread at a time
 /// *holds the ring* (the leader), and only it takes completions from the queue
 /// or waits in the kernel; it takes the ring with one compare-and-swap and
 /// gives it back before `deliver` returns. The others wait on a futex word
@@ -211,18 +213,24 @@ use std::time::Duration;
 /// The price at T=2: an arm made while the other thread holds the ring costs
 /// one `io_uring_enter`, and a hand-over is a futex wake.
 ///
-/// That price is large, and it is the kernel's: a poll request completes through
-/// task work run by the thread that submitted it. When that thread is a follower
-/// asleep on the futex, or busy in its caller, the kernel must wake
-/// or interrupt it to post the completion. Only then is the leader woken, and it
-/// hands leadership over with one more wake-up. That is about two context switches
-/// per round trip; epoll's waiters make 0.26. Measured at P=1 T=2 on two cores
-/// (`cargo bench --features io-uring --bench pingpong`), this is about 0.1x
-/// epoll's rate, 0.5x at P=8 and 0.8x at P=64. Making every waiter block in
-/// `io_uring_enter` (no leader) was tried and was no better at T=2. At T=4 it was
-/// worse, 0.5x this design at P=8, because the kernel wakes every thread blocked
-/// on a ring for each completion. A poller per thread (`pollshot-uring-sharded`)
-/// has none of this: 1.02-1.16x sharded epoll at T=2 in three runs.
+/// At T=2 that price can be large, and it is the kernel's: a poll request
+/// completes through task work run by the thread that submitted it. When that
+/// thread is a follower asleep on the futex, or busy in its caller, the kernel
+/// must wake or interrupt it to post the completion. Only then is the leader
+/// woken, and it hands the ring over with one more wake-up. Measured at T=2 on
+/// two cores (`cargo bench --features io-uring --bench pingpong`, docs/performance.md),
+/// the shared ring is bimodal: 0.26x to 1.30x epoll's rate at P=1 from run to
+/// run, 0.55-1.06x at P=8, 0.70-1.17x at P=64 (the good mode is one thread doing
+/// the work while the other sleeps as a follower). Making every waiter block in
+/// `io_uring_enter` (no leader) was tried and was no better at T=2, and worse at
+/// T=4, because the kernel wakes every thread blocked on a ring for each
+/// completion. `IORING_SETUP_COOP_TASKRUN` (with or without
+/// `IORING_SETUP_TASKRUN_FLAG`) and submitting only from the leader were measured
+/// and not kept: no consistent gain, and the first delays a completion whose
+/// submitting thread is running in user space until that thread enters the
+/// kernel (4.0 ms, a scheduler tick, instead of 85 µs in a test). A poller per
+/// thread (`pollshot-uring-sharded`) has none of this: 1.06-1.83x sharded epoll at
+/// T=2 in two runs.
 ///
 /// Signals: `deliver` says `Interrupted` (EINTR) for a signal that ends a wait,
 /// in the leader as in a follower. A follower's futex wait ends with EINTR, which a
