@@ -88,8 +88,8 @@ mod uring_only {
         use std::os::unix::net::UnixStream;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
-        const CHURN: u64 = 500;
-        const CHURN_FOR: Duration = Duration::from_millis(150);
+        const CHURN: u64 = 1_000;
+        const CHURN_FOR: Duration = Duration::from_millis(300);
         const STUCK: Duration = Duration::from_secs(10);
         let mut hung = 0;
         for _ in 0..trials {

@@ -277,21 +277,16 @@ impl Handover {
     /// ring is held.
     #[inline(always)]
     fn take(&self) -> Option<u64> {
-        let mut w = self.word.load(Ordering::Acquire);
-        loop {
-            if w & LEADER != 0 {
-                return None;
-            }
-            match self.word.compare_exchange_weak(
-                w,
-                w | LEADER,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(w),
-                Err(now) => w = now,
-            }
-        }
+        self.change(|w| (w & LEADER == 0).then_some(w | LEADER))
+            .ok()
+    }
+
+    /// One change of the word, made only while `f` says how (a compare-and-swap
+    /// loop). Returns the word before it, or as `f` refused it.
+    #[inline(always)]
+    fn change(&self, f: impl FnMut(u64) -> Option<u64>) -> Result<u64, u64> {
+        self.word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, f)
     }
 
     /// Gives the ring back: wakes one follower to take it, and every departing
@@ -597,20 +592,10 @@ impl Handover {
         // Read before counting in: a hand-over after the count moves the word
         // on from this value, so the sleep below cannot miss it.
         let seen = self.handoff.load();
-        let mut w = self.word();
-        loop {
-            if w & LEADER == 0 || w & (WOKEN | PARKED) != 0 {
-                return Ok(()); // news: look again
-            }
-            match self.word.compare_exchange_weak(
-                w,
-                w + FOLLOWER,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(now) => w = now,
-            }
+        let counted =
+            self.change(|w| (w & LEADER != 0 && w & (WOKEN | PARKED) == 0).then_some(w + FOLLOWER));
+        if counted.is_err() {
+            return Ok(()); // news: look again
         }
         let r = self.handoff.wait(seen, timeout);
         self.word.fetch_sub(FOLLOWER, Ordering::AcqRel);
@@ -668,22 +653,9 @@ impl Handover {
     /// finds nothing and enters again, submitting them.
     #[cfg_attr(all(loom, test), allow(dead_code))]
     pub(crate) fn nudge<R: RingOps>(&self, ring: &R) {
-        let mut w = self.word();
-        while w & LEADER != 0 && w & KICKED == 0 {
-            match self.word.compare_exchange_weak(
-                w,
-                w | KICKED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    if ring.kick().is_err() {
-                        self.word.fetch_and(!KICKED, Ordering::AcqRel);
-                    }
-                    return;
-                }
-                Err(now) => w = now,
-            }
+        let kick = self.change(|w| (w & LEADER != 0 && w & KICKED == 0).then_some(w | KICKED));
+        if kick.is_ok() && ring.kick().is_err() {
+            self.word.fetch_and(!KICKED, Ordering::AcqRel);
         }
     }
 
@@ -691,27 +663,23 @@ impl Handover {
     /// that will see it: a sleeping follower (woken here), else the leader, by
     /// the eventfd unless a write is on its way ([`KICKED`], set here: the
     /// caller writes). With the ring free, the next wait takes it.
-    fn route(&self, mut w: u64) -> Route {
-        loop {
-            if w & FOLLOWERS != 0 {
+    fn route(&self, w: u64) -> Route {
+        if w & FOLLOWERS != 0 {
+            self.handoff.bump_wake(1);
+            return Route::Nobody;
+        }
+        // The leader, unless a write is on its way, the flag was taken
+        // meanwhile, or the ring was given back.
+        match self.change(|w| {
+            (w & (WOKEN | LEADER) == WOKEN | LEADER && w & KICKED == 0).then_some(w | KICKED)
+        }) {
+            Ok(_) => Route::Kick,
+            Err(now) if now & WOKEN != 0 && now & FOLLOWERS != 0 => {
+                // A follower came meanwhile: it takes the flag.
                 self.handoff.bump_wake(1);
-                return Route::Nobody;
+                Route::Nobody
             }
-            if w & LEADER == 0 || w & KICKED != 0 {
-                return Route::Nobody;
-            }
-            match self.word.compare_exchange_weak(
-                w,
-                w | KICKED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Route::Kick,
-                Err(now) => w = now,
-            }
-            if w & WOKEN == 0 {
-                return Route::Nobody; // taken meanwhile
-            }
+            Err(_) => Route::Nobody,
         }
     }
 
@@ -749,23 +717,11 @@ impl Handover {
                 continue;
             }
             let seen = self.departed.load();
-            let mut w = self.word();
-            let counted = loop {
-                if w & LEADER == 0 {
-                    break false; // given back meanwhile: take it
-                }
-                match self.word.compare_exchange_weak(
-                    w,
-                    w + DEPARTING,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break true,
-                    Err(now) => w = now,
-                }
-            };
-            if !counted {
-                continue;
+            if self
+                .change(|w| (w & LEADER != 0).then_some(w + DEPARTING))
+                .is_err()
+            {
+                continue; // given back meanwhile: take it
             }
             if ring.inflight(slot) == 0 {
                 // Taken between the look above and the count: the leader that
