@@ -231,8 +231,8 @@ pub(crate) struct Handover {
     word: AtomicU64,
     /// Followers sleep here; bumped by a hand-over.
     handoff: Futex,
-    /// Departing deregisters sleep here; bumped when a slot's last request is
-    /// taken and when the ring is given back with one counted.
+    /// Departing deregisters sleep here; bumped, with one counted, when the
+    /// ring is given back and when its leader enters the kernel again.
     departed: Futex,
 }
 
@@ -687,8 +687,8 @@ impl Handover {
     /// the caller has queued the removes. As the leader (the ring is free), one
     /// enter that submits them and waits for a completion, and every completion
     /// taken (others' events parked); else submits them for the leader and
-    /// sleeps until the leader takes the slot's last completion or gives the
-    /// ring back.
+    /// sleeps until the leader gives the ring back or enters the kernel again
+    /// (after taking completions that may be the slot's last).
     ///
     /// # Errors
     /// The kernel's refusal of an enter (EAGAIN, ENOMEM: the removes stay queued,

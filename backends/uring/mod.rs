@@ -205,7 +205,7 @@ use std::time::Duration;
 /// completion posted ends the leader's enter, and the leader passes on what
 /// others wait for: it wakes one follower when it gives the ring back (which
 /// takes what it left, or leads next), and wakes departing deregisters when it
-/// takes their slot's last completion and when it gives the ring back. A
+/// gives the ring back and before it enters the kernel again holding it. A
 /// wake-up reaches a follower through the futex word, the leader through the
 /// eventfd (below). The protocol is model-checked with loom on a modelled
 /// completion queue whose waits behave as the kernel's.
