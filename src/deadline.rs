@@ -100,14 +100,6 @@ impl Countdown {
             }
         }
     }
-
-    /// Whether no time is left (a zero timeout, or a deadline that has passed),
-    /// as [`Deadline::passed`]; counts as a [`left`](Self::left).
-    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
-    #[inline]
-    pub(crate) fn passed(&self) -> bool {
-        self.left() == Some(Duration::ZERO)
-    }
 }
 
 #[cfg(test)]

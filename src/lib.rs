@@ -183,6 +183,11 @@ mod afd_bits;
 #[cfg(all(feature = "io-uring", target_os = "linux"))]
 #[path = "../backends/uring/mod.rs"]
 mod uring_backend;
+// The io_uring backend's hand-over protocol: generic over the ring, so that the
+// loom models run it too.
+#[cfg(any(all(feature = "io-uring", target_os = "linux"), all(test, loom)))]
+#[path = "../backends/uring/handover.rs"]
+mod uring_handover;
 // Compiled on every target: its translation (poll bits, the user word) is pure,
 // unit tested everywhere and used by the kernel model; the backend itself only on
 // illumos and Solaris.

@@ -77,6 +77,103 @@ mod uring_only {
         }
     }
 
+    /// Registrations churned on a ring that `pollers` threads poll with a zero
+    /// timeout: one thread loops over a fresh socket pair, `register`, `arm`,
+    /// `yield_now`, `deregister`, `CHURN` times a trial or for `CHURN_FOR`,
+    /// whichever ends first (a bound on the test's length, not an assertion).
+    /// Returns how many of `trials` trials made no progress for 10 s (a
+    /// watchdog: the churn thread stuck in a `deregister`). A stuck trial is
+    /// freed by notifies, so the next one runs.
+    fn churn_beside_zero_timeout_pollers(pollers: usize, trials: usize) -> usize {
+        use std::os::unix::net::UnixStream;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        const CHURN: u64 = 1_000;
+        const CHURN_FOR: Duration = Duration::from_millis(300);
+        const STUCK: Duration = Duration::from_secs(10);
+        let mut hung = 0;
+        for _ in 0..trials {
+            let p = Arc::new(poller::<Uring>());
+            let stop = Arc::new(AtomicBool::new(false));
+            let done = Arc::new(AtomicU64::new(0));
+            let polling: Vec<_> = (0..pollers)
+                .map(|_| {
+                    let (p, stop) = (Arc::clone(&p), Arc::clone(&stop));
+                    std::thread::spawn(move || {
+                        let mut events = Events::with_capacity(8);
+                        while !stop.load(Ordering::Relaxed) {
+                            match p.deliver(&mut events, Some(Duration::ZERO)) {
+                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                                r => {
+                                    r.expect("deliver");
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let churn = {
+                let (p, done) = (Arc::clone(&p), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    for _ in 0..CHURN {
+                        if start.elapsed() > CHURN_FOR {
+                            break;
+                        }
+                        let (_a, b) = UnixStream::pair().unwrap();
+                        let t = p.register(&b).unwrap();
+                        p.arm(t, Interest::READABLE).unwrap();
+                        std::thread::yield_now();
+                        p.deregister(t).unwrap();
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            };
+            let (mut seen, mut since) = (0, Instant::now());
+            let mut stuck = false;
+            while !churn.is_finished() {
+                std::thread::sleep(Duration::from_millis(5));
+                let now = done.load(Ordering::Relaxed);
+                if now != seen {
+                    (seen, since) = (now, Instant::now());
+                } else if since.elapsed() > STUCK {
+                    // Counted once; notifies free the stuck deregister (the
+                    // old code's leader then returns), so the trial ends.
+                    stuck = true;
+                    p.notify().unwrap();
+                    assert!(
+                        since.elapsed() < STUCK * 2,
+                        "{pollers} pollers: a deregister still stuck after notifies"
+                    );
+                }
+            }
+            hung += usize::from(stuck);
+            churn.join().expect("churn");
+            stop.store(true, Ordering::Relaxed);
+            for t in polling {
+                t.join().expect("poller");
+            }
+        }
+        hung
+    }
+
+    /// A `deregister` on a ring that 1, 2 and 3 other threads poll in a loop
+    /// with a zero timeout returns: no trial makes no progress for 10 s. Before,
+    /// the deregister could lead an `io_uring_enter` waiting for its request's
+    /// completion, which a poller had already taken from the queue: it slept in
+    /// the kernel until something else completed. 20 trials per shape.
+    #[test]
+    fn deregister_beside_zero_timeout_pollers_returns() {
+        let hung: Vec<usize> = (1..=3)
+            .map(|pollers| churn_beside_zero_timeout_pollers(pollers, 20))
+            .collect();
+        assert_eq!(
+            hung,
+            [0, 0, 0],
+            "trials of 20 hung, with 1, 2 and 3 zero-timeout pollers"
+        );
+    }
+
     /// A thread arms a pipe, submits the request with a deliver of its own and
     /// exits before the pipe is written (the kernel would complete its request with
     /// -ECANCELED): another thread's deliver still gets the readiness, exactly once.
@@ -392,9 +489,9 @@ mod uring_only {
     /// blocked in `deliver(None)`: this thread arms both registrations while the
     /// other one leads (so it submits their requests, and the kernel runs their
     /// completions' task work here), writes to one, and deregisters the other,
-    /// taking the first one's completion from the queue while it waits for its
-    /// own request's end, before the leader looks. The leader still returns with
-    /// that event (the deregister kicks it), exactly once. 20 trials.
+    /// which waits for its own request's end while the leader holds the ring
+    /// (or leads itself, parking the first one's event). The leader returns
+    /// with that event, exactly once. 20 trials.
     #[test]
     fn deregister_hands_on_what_it_took_from_the_queue() {
         crate::common::within("deregister beside a ready registration", || {

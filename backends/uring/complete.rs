@@ -1,9 +1,12 @@
-//! Completion routing: each completion taken from the queue is the waker's, a
-//! remove's answer, a cancelled request to queue again, the private epoll's, a
-//! stale one, or the delivery of the current arming.
+//! Completion routing: each completion taken from the queue is the delivery of
+//! the current arming or a stale one (both taken against the slot's word alone,
+//! without the mutex), or, under the mutex, the waker's, a remove's answer, a
+//! cancelled request to queue again, the private epoll's, or a current one that
+//! needs more than its word (an error, `POLLERR`, a half-closed socket's).
 
-use super::ring::{fd_ref, waker_poll, Ring, Shared, EPOLL_SLOT, NONE, REMOVE, WAKER};
-use crate::backend::RawEvent;
+use super::ring::{fd_ref, waker_poll, Odd, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
+use super::slots::{self, ODD, ONE, PENDING, READS};
+use crate::backend::{EventSink, RawEvent};
 use crate::event::Readiness;
 use crate::state::KernelError;
 use crate::stats::Count;
@@ -12,6 +15,7 @@ use io_uring::{cqueue, opcode, squeue, types};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::RawFd;
 use std::io;
+use std::sync::atomic::Ordering;
 
 /// What a completion must carry for a write-only arming to be delivered: the rest
 /// (`POLLRDHUP`, which the kernel adds to every poll request) is not about writing.
@@ -41,6 +45,16 @@ pub(super) const FAILED: Readiness = Readiness::ERROR
     .union(Readiness::READABLE)
     .union(Readiness::WRITABLE);
 
+/// What [`Ring::take_common`] did with a completion.
+enum Taken {
+    /// An event went to the sink.
+    Event,
+    /// A stale completion, counted.
+    Nothing,
+    /// For [`Ring::take_rare`].
+    Rare,
+}
+
 pub(super) fn kernel_io(e: KernelError) -> io::Error {
     match e {
         KernelError::Other(e) => e,
@@ -49,129 +63,91 @@ pub(super) fn kernel_io(e: KernelError) -> io::Error {
 }
 
 impl Ring {
-    /// Takes completions into `out` (at most `max` in all), handling the waker's,
-    /// the removes' and cancelled ones; a flagged overflow is flushed while there is
-    /// room. Returns whether completions are left in the queue.
+    /// Takes completions from the queue, handing at most `room` events to
+    /// `sink`: the common one against its slot's word without the mutex
+    /// ([`take_common`](Self::take_common)), any other under it
+    /// ([`route`](Self::route)). Called by the leader only (`handover.rs`):
+    /// nobody else moves the queue's head meanwhile.
     #[inline(always)]
-    pub(super) fn reap(
-        &self,
-        g: &mut Shared,
-        out: &mut Vec<RawEvent>,
-        max: usize,
-    ) -> io::Result<bool> {
-        self.reap_then(g, out, max, true)
-    }
-
-    /// [`reap`](Self::reap); `flush` false: a flagged overflow is left for the
-    /// caller's next `io_uring_enter` with `IORING_ENTER_GETEVENTS` (which
-    /// flushes it) where the queue is empty.
-    #[inline(always)]
-    pub(super) fn reap_then(
-        &self,
-        g: &mut Shared,
-        out: &mut Vec<RawEvent>,
-        max: usize,
-        flush: bool,
-    ) -> io::Result<bool> {
-        let before = out.len();
-        loop {
-            let left = {
-                // SAFETY: under the mutex: the only completion queue handle. It is
-                // dropped (its head synced) before the ring is entered here; the
-                // pushes of `complete` touch only the submission queue (and a full
-                // one's submit does not wait for completions).
-                let mut cq = unsafe { self.ring.completion_shared() };
-                while out.len() < max {
-                    let Some(cqe) = cq.next() else { break };
-                    g.reaped += 1;
-                    if !self.deliver_current(g, &cqe, out) {
-                        self.complete(g, &cqe, out, max)?;
+    pub(super) fn reap<S: EventSink>(&self, sink: &mut S, room: usize) -> io::Result<usize> {
+        let mut taken = 0;
+        // SAFETY: the leader's only: no other completion queue handle exists
+        // while it holds the ring. Dropped (its head synced) at the end of the
+        // block, on every path.
+        let mut cq = unsafe { self.ring.completion_shared() };
+        if cq.is_empty() {
+            // Nothing taken: no head to write back (the drop would store it).
+            std::mem::forget(cq);
+            return Ok(0);
+        }
+        let mut n = 0u64;
+        let mut r = Ok(());
+        while taken < room {
+            let Some(cqe) = cq.next() else { break };
+            n += 1;
+            match self.take_common(&cqe, sink) {
+                Taken::Event => taken += 1,
+                Taken::Nothing => {}
+                Taken::Rare => match self.take_rare(&cqe, sink, room - taken) {
+                    Ok(k) => taken += k,
+                    Err(e) => {
+                        r = Err(e);
+                        break;
                     }
-                }
-                !cq.is_empty()
-            };
-            // A reap that took events leaves a flagged overflow to the next one
-            // (the flag stays set until flushed), which finds the queue empty.
-            if left || out.len() >= max || out.len() > before || !flush {
-                return Ok(left);
+                },
             }
-            // SAFETY: under the mutex: the only submission queue handle; it only
-            // reads the kernel's flags.
-            let sq = unsafe { self.ring.submission_shared() };
-            let overflow = sq.cq_overflow();
-            // Nothing pushed: no tail to write back (the drop would store it).
-            std::mem::forget(sq);
-            if !overflow {
-                return Ok(false);
-            }
-            self.flush_overflow()?;
         }
+        drop(cq);
+        self.reaped
+            .store(self.reaped.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        r.map(|()| taken)
     }
 
-    /// The kernel holds completions that did not fit: an enter with GETEVENTS
-    /// moves them into the queue.
-    #[cold]
-    #[inline(never)]
-    fn flush_overflow(&self) -> io::Result<()> {
-        self.counters.one(Count::Wait);
-        // SAFETY: no argument structure is passed (a null pointer).
-        match unsafe {
-            self.ring.submitter().enter::<libc::sigset_t>(
-                0,
-                0,
-                io_uring::EnterFlags::GETEVENTS.bits(),
-                None,
-            )
-        } {
-            Ok(_) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The common completion: the current request of a slot's arming by poll
-    /// request, fired with no error, for a readable arming or with a bit a
-    /// write-only one answers. Delivered into `out` (which has room) and `true`;
-    /// `false` (nothing done) for any other, which [`complete`](Self::complete)
-    /// routes.
+    /// The common completion of a slot's request, against the slot's word
+    /// alone: the current request, fired with readiness its arming asks for,
+    /// is delivered to `sink`; a request that is not the current one (removed,
+    /// re-armed, deregistered) is stale. Either is one request fewer in flight.
+    /// Anything else (no slot's, an error, a cancelled current request, a slot
+    /// with rare state) is [`Taken::Rare`], for the mutex.
     #[inline(always)]
-    fn deliver_current(
-        &self,
-        g: &mut Shared,
-        cqe: &cqueue::Entry,
-        out: &mut Vec<RawEvent>,
-    ) -> bool {
+    fn take_common<S: EventSink>(&self, cqe: &cqueue::Entry, sink: &mut S) -> Taken {
         let user_data = cqe.user_data();
-        let res = cqe.result();
         let (slot, generation) = unpack64(user_data);
-        let i = slot as usize;
-        // The waker's, the removes' and the private epoll's (slot `u32::MAX`) are
-        // out of every table's range.
-        let Some(p) = g.pending.get_mut(i) else {
-            return false;
+        // The waker's, the removes' and the private epoll's (slot `u32::MAX`)
+        // have no record.
+        let Some(req) = self.reqs.get(slot) else {
+            return Taken::Rare;
         };
+        let res = cqe.result();
         let bits = res as u32;
-        if p.user_data != user_data
-            || p.via_epoll
-            || res < 0
-            || bits & libc::POLLERR as u32 != 0
-            || (p.events & libc::POLLIN as u32 == 0 && bits & ANSWERED == 0)
-        {
-            return false;
+        let mut w = req.word.load(Ordering::Acquire);
+        loop {
+            if w & PENDING == 0 || slots::generation(w) != generation {
+                // Not the slot's current request: fired before its remove was
+                // processed, the remove's answer, or for a freed slot.
+                req.word.fetch_sub(ONE, Ordering::AcqRel);
+                self.counters.one(Count::Stale);
+                return Taken::Nothing;
+            }
+            if w & ODD != 0
+                || res < 0
+                || bits & libc::POLLERR as u32 != 0
+                || (w & READS == 0 && bits & ANSWERED == 0)
+            {
+                return Taken::Rare;
+            }
+            // Delivered: no request of the arming is pending any more.
+            match req.word.compare_exchange_weak(
+                w,
+                (w & !PENDING) - ONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
         }
-        // Idle (`Pending::idle`): neither `via_epoll` (tested above) nor `lost`
-        // (reset by every arm) is set on a slot with a request pending.
-        debug_assert!(!p.lost);
-        p.user_data = NONE;
-        p.events = 0;
-        p.older = 0;
-        if std::mem::replace(&mut p.fast, false) {
-            // The common arm's request (see `settle`).
-            self.wake_departing(g);
-        } else {
-            self.settle_counted(g, slot);
-        }
-        out.push(RawEvent {
+        sink.event(RawEvent {
             slot,
             stamp: generation,
             readiness: if bits & !PLAIN == 0 {
@@ -180,40 +156,59 @@ impl Ring {
                 Readiness::from_epoll(bits)
             },
         });
-        true
+        Taken::Event
     }
 
-    /// One completion, with room for it in `out` (at most `max` in all), routed
-    /// by [`route`](Self::route); the entry it answers is queued.
+    /// A completion [`take_common`](Self::take_common) left, routed under the
+    /// mutex; the entry it answers is queued, and its events (at most `room`)
+    /// handed to `sink` once the mutex is released (the sink takes the table's
+    /// slot locks, which an arm holds while it takes the mutex). Returns how
+    /// many.
     #[cold]
     #[inline(never)]
-    fn complete(
+    fn take_rare<S: EventSink>(
         &self,
-        g: &mut Shared,
         cqe: &cqueue::Entry,
-        out: &mut Vec<RawEvent>,
-        max: usize,
-    ) -> io::Result<()> {
-        if let Some(entry) = self.route(g, cqe, out, max) {
-            self.push(g, &entry).map_err(kernel_io)?;
+        sink: &mut S,
+        room: usize,
+    ) -> io::Result<usize> {
+        let mut out = Vec::new();
+        {
+            let mut g = self.lock();
+            if let Some(entry) = self.route(&mut g, cqe, &mut out, room) {
+                if let Err(e) = self.push(&mut g, &entry) {
+                    let (slot, _) = unpack64(entry.get_user_data());
+                    if let Some(req) = self.reqs.get(slot).filter(|_| slot != EPOLL_SLOT) {
+                        // A request queued again that could not be: the arming
+                        // is lost, and nothing of it is in flight.
+                        req.word.fetch_sub(ONE, Ordering::AcqRel);
+                        req.word.fetch_and(!PENDING, Ordering::AcqRel);
+                    }
+                    return Err(kernel_io(e));
+                }
+            }
         }
-        Ok(())
+        let n = out.len();
+        for ev in out {
+            sink.event(ev);
+        }
+        Ok(n)
     }
 
-    /// One completion, with room for it in `out` (at most `max` in all). Returns
-    /// the entry to queue: again for a cancelled current request, or the poll on
-    /// the private epoll instance.
-    #[inline(always)]
+    /// One completion, under the mutex, with room for `room` events in `out`.
+    /// Returns the entry to queue: again for a cancelled current request (the
+    /// thread that submitted it exited), or the poll on the private epoll
+    /// instance.
     fn route(
         &self,
         g: &mut Shared,
         cqe: &cqueue::Entry,
         out: &mut Vec<RawEvent>,
-        max: usize,
+        room: usize,
     ) -> Option<squeue::Entry> {
         let user_data = cqe.user_data();
         if user_data == WAKER {
-            g.kicked = false;
+            self.handover.unkick();
             if !cqueue::more(cqe.flags()) {
                 // The multishot poll ended (a full queue, or cancelled): again.
                 return Some(waker_poll(&self.waker));
@@ -226,9 +221,6 @@ impl Ring {
         }
         let (slot, generation) = unpack64(user_data);
         let res = cqe.result();
-        if slot != EPOLL_SLOT {
-            self.settle(g, slot);
-        }
         if slot == EPOLL_SLOT {
             if generation != g.epoll_poll {
                 // An older poll, removed when a submitting thread exited.
@@ -236,17 +228,18 @@ impl Ring {
             }
             g.epoll_poll = 0;
             if res != -libc::ECANCELED {
-                self.epoll_take(g, out, max - out.len());
+                self.epoll_take(g, out, room);
             }
             // Its submitting thread exited (-ECANCELED), or armings are left: again.
             return self.epoll_poll(g);
         }
-        // A slot watched by the private epoll has no poll request of its own: a
+        let req = self.reqs.get(slot)?;
+        // One request fewer in flight, whichever it is.
+        let w = req.word.fetch_sub(ONE, Ordering::AcqRel) - ONE;
+        // A slot watched by the private epoll has no poll request pending: a
         // request with its tag is an older one.
-        let current = g
-            .pending
-            .get(slot as usize)
-            .is_some_and(|p| p.user_data == user_data && !p.via_epoll);
+        let current = w & PENDING != 0 && slots::generation(w) == generation;
+        let mut odd = g.odd(slot);
         if res == -libc::ECANCELED {
             if !current {
                 // The answer to a remove: the kernel's report for a disarmed or
@@ -254,19 +247,23 @@ impl Ring {
                 self.counters.one(Count::Stale);
                 return None;
             }
-            let p = &mut g.pending[slot as usize];
-            if p.older > 0 {
+            if odd.older > 0 {
                 // An older request with this tag, removed when it was queued again.
-                p.older -= 1;
+                odd.older -= 1;
+                self.set_odd(g, slot, odd);
                 self.counters.one(Count::Stale);
                 return None;
             }
-            // The submitting thread exited: the arming still holds.
-            let p = *p;
+            // The submitting thread exited: the arming still holds. Counted in
+            // flight again (the caller pushes it).
+            req.word.fetch_add(ONE, Ordering::AcqRel);
             return Some(
-                opcode::PollAdd::new(types::Fd(p.fd), p.events)
-                    .build()
-                    .user_data(user_data),
+                opcode::PollAdd::new(
+                    types::Fd(req.fd.load(Ordering::Relaxed)),
+                    req.events.load(Ordering::Relaxed),
+                )
+                .build()
+                .user_data(user_data),
             );
         }
         if !current {
@@ -274,17 +271,25 @@ impl Ring {
             self.counters.one(Count::Stale);
             return None;
         }
-        let p = g.pending[slot as usize];
-        if res >= 0 && p.events & libc::POLLIN as u32 == 0 && res as u32 & ANSWERED == 0 {
+        let (fd, events) = (
+            req.fd.load(Ordering::Relaxed),
+            req.events.load(Ordering::Relaxed),
+        );
+        // The arming's request is over: delivered, failed, or (below) moved
+        // to the private epoll.
+        req.word.fetch_and(!PENDING, Ordering::AcqRel);
+        if res >= 0 && events & libc::POLLIN as u32 == 0 && res as u32 & ANSWERED == 0 {
             // A write-only arming completed with read-closed alone (the kernel adds
             // POLLRDHUP to every poll request): epoll would report nothing until
             // the socket is writable. The private epoll watches the rest of it.
-            g.pending[slot as usize].half_closed = true;
+            odd.half_closed = true;
+            self.set_odd(g, slot, odd);
             match self.epoll_watch(g, slot) {
                 Ok(poll) => return poll,
                 Err(KernelError::BadFd) => {
                     // Closed since: as a request's -EBADF, below.
-                    g.pending[slot as usize].lost = true;
+                    let odd = g.odd(slot);
+                    self.set_odd(g, slot, Odd { lost: true, ..odd });
                     return None;
                 }
                 Err(_) => {
@@ -299,16 +304,19 @@ impl Ring {
                 }
             }
         }
-        g.pending[slot as usize] = p.idle();
+        let idle = odd.idle();
         if res == -libc::EBADF {
             // Closed before submission: dropped, as epoll drops a closed descriptor.
-            g.pending[slot as usize].lost = true;
+            self.set_odd(g, slot, Odd { lost: true, ..idle });
             return None;
+        }
+        if idle != odd {
+            self.set_odd(g, slot, idle);
         }
         let readiness = if res >= 0 {
             let mut bits = res as u32;
             if bits & libc::POLLERR as u32 != 0 {
-                bits = self.repoll(p.fd, p.events).unwrap_or(bits);
+                bits = self.repoll(fd, events).unwrap_or(bits);
             }
             Readiness::from_epoll(bits)
         } else {

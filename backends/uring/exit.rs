@@ -2,8 +2,8 @@
 //! touching the parent's, and a thread that submitted to a ring queues its
 //! pending requests again when it exits.
 
-use super::ring::{Ring, EPOLL_SLOT, NONE};
-use crate::stats::Count;
+use super::ring::{Odd, Ring, EPOLL_SLOT};
+use super::slots::{generation, ONE, PENDING};
 use crate::token::pack64;
 use io_uring::{opcode, types};
 use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -87,19 +87,40 @@ impl Ring {
         let kick = {
             let mut g = self.lock();
             let mut queued = false;
-            for i in 0..g.pending.len() {
-                let p = g.pending[i];
-                if p.user_data == NONE || p.via_epoll {
-                    continue;
+            let mut again = Vec::new();
+            self.reqs.each(|slot, req| {
+                let w = req.word.load(Ordering::Acquire);
+                // A via_epoll arming has no poll request pending.
+                if w & PENDING != 0 {
+                    again.push((slot, generation(w)));
                 }
-                let remove = self.remove_entry(p.user_data);
-                let again = opcode::PollAdd::new(types::Fd(p.fd), p.events)
-                    .build()
-                    .user_data(p.user_data);
-                if self.push(&mut g, &remove).is_err() || self.push(&mut g, &again).is_err() {
+            });
+            for (slot, generation) in again {
+                let Some(req) = self.reqs.get(slot) else {
+                    continue;
+                };
+                let user_data = pack64(slot, generation);
+                let remove = self.remove_entry(user_data);
+                let poll = opcode::PollAdd::new(
+                    types::Fd(req.fd.load(Ordering::Relaxed)),
+                    req.events.load(Ordering::Relaxed),
+                )
+                .build()
+                .user_data(user_data);
+                req.word.fetch_add(ONE, Ordering::AcqRel);
+                if self.push(&mut g, &remove).is_err() || self.push(&mut g, &poll).is_err() {
+                    req.word.fetch_sub(ONE, Ordering::AcqRel);
                     break;
                 }
-                g.pending[i].older += 1;
+                let odd = g.odd(slot);
+                self.set_odd(
+                    &mut g,
+                    slot,
+                    Odd {
+                        older: odd.older + 1,
+                        ..odd
+                    },
+                );
                 queued = true;
             }
             if g.epoll_poll != 0 {
@@ -113,17 +134,12 @@ impl Ring {
                     }
                 }
             }
-            let kick = queued && g.leader && !g.kicked;
-            if kick {
-                g.kicked = true;
-            }
-            kick
+            queued
         };
         if kick {
             // The leader returns, finds nothing to deliver, and enters again,
             // submitting what was queued from its own, live, thread.
-            self.counters.one(Count::Wake);
-            let _ = self.write_waker();
+            self.handover.nudge(self);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Half-closed sockets: the private epoll instance that watches the write-only
 //! armings a poll request cannot (see "Half-closed sockets" on `Uring`).
 
-use super::ring::{fd_ref, Pending, Ring, Shared, EPOLL_SLOT};
+use super::ring::{fd_ref, Odd, Ring, Shared, EPOLL_SLOT};
+use super::slots::{self, generation};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -13,6 +14,7 @@ use rustix::fd::{AsRawFd, OwnedFd, RawFd};
 use rustix::io::Errno;
 use std::io;
 use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
 
 /// Events taken from the private epoll instance per completion of its poll.
 pub(super) const EPOLL_BATCH: usize = 32;
@@ -28,30 +30,34 @@ impl Ring {
         Ok(self.epoll.get_or_init(|| ep))
     }
 
-    /// Watches the slot's descriptor for the rest of its current arming (its
-    /// `user_data`) in the private epoll instance: `EPOLLOUT | EPOLLONESHOT`, MOD
-    /// where an entry may exist and ADD where not, each falling back to the other
-    /// (ENOENT, EEXIST). Returns the poll on the instance's descriptor to queue,
-    /// if none is pending. On failure the slot is left with nothing pending.
+    /// Watches the slot's descriptor for the rest of its latest arming (its
+    /// generation in the slot's word) in the private epoll instance: `EPOLLOUT
+    /// | EPOLLONESHOT`, MOD where an entry may exist and ADD where not, each
+    /// falling back to the other (ENOENT, EEXIST). Returns the poll on the
+    /// instance's descriptor to queue, if none is pending. On failure the slot
+    /// is left with nothing pending. The arming has no poll request pending.
     pub(super) fn epoll_watch(
         &self,
         g: &mut Shared,
         slot: u32,
     ) -> Result<Option<squeue::Entry>, KernelError> {
-        let p = *g.slot(slot);
+        let p = g.odd(slot);
+        let req = self.reqs.get_or_grow(slot);
+        let user_data = pack64(slot, generation(req.word.load(Ordering::Acquire)));
+        let fd = req.fd.load(Ordering::Relaxed);
         let r = self
             .private_epoll()
             .map_err(KernelError::Other)
             .and_then(|ep| {
-                let data = EventData::new_u64(p.user_data);
+                let data = EventData::new_u64(user_data);
                 let flags = EventFlags::OUT | EventFlags::ONESHOT;
                 let mut modify = p.in_epoll;
                 for _ in 0..2 {
                     self.counters.one(Count::CtlCall);
                     let r = if modify {
-                        epoll::modify(ep, fd_ref(p.fd), data, flags)
+                        epoll::modify(ep, fd_ref(fd), data, flags)
                     } else {
-                        epoll::add(ep, fd_ref(p.fd), data, flags)
+                        epoll::add(ep, fd_ref(fd), data, flags)
                     };
                     match r {
                         Ok(()) => return Ok(()),
@@ -69,21 +75,29 @@ impl Ring {
             if p.via_epoll {
                 g.epoll_armed -= 1;
             }
-            *g.slot(slot) = Pending {
-                in_epoll: true, // it may be there: a later delete tries
-                ..p.idle()
-            };
+            self.set_odd(
+                g,
+                slot,
+                Odd {
+                    in_epoll: true, // it may be there: a later delete tries
+                    ..p.idle()
+                },
+            );
             return Err(e);
         }
         if !p.via_epoll {
             g.epoll_armed += 1;
         }
-        *g.slot(slot) = Pending {
-            via_epoll: true,
-            in_epoll: true,
-            half_closed: true,
-            ..p
-        };
+        self.set_odd(
+            g,
+            slot,
+            Odd {
+                via_epoll: true,
+                in_epoll: true,
+                half_closed: true,
+                ..p
+            },
+        );
         Ok(self.epoll_poll(g))
     }
 
@@ -97,18 +111,29 @@ impl Ring {
         slot: u32,
         fd: RawFd,
     ) -> Result<(), KernelError> {
-        let p = *g.slot(slot);
+        let p = g.odd(slot);
         if !p.in_epoll {
             return Ok(());
         }
         if p.via_epoll {
             g.epoll_armed -= 1;
-            *g.slot(slot) = Pending {
-                in_epoll: false,
-                ..p.idle()
-            };
+            self.set_odd(
+                g,
+                slot,
+                Odd {
+                    in_epoll: false,
+                    ..p.idle()
+                },
+            );
         } else {
-            g.slot(slot).in_epoll = false;
+            self.set_odd(
+                g,
+                slot,
+                Odd {
+                    in_epoll: false,
+                    ..p
+                },
+            );
         }
         let Some(ep) = self.epoll.get() else {
             return Ok(());
@@ -156,10 +181,11 @@ impl Ring {
         for ev in ready.iter() {
             let (flags, user_data) = (ev.flags, ev.data.u64());
             let (slot, generation) = unpack64(user_data);
-            let current = g
-                .pending
-                .get(slot as usize)
-                .is_some_and(|p| p.via_epoll && p.user_data == user_data);
+            let odd = g.odd(slot);
+            let current = odd.via_epoll
+                && self.reqs.get(slot).is_some_and(|r| {
+                    slots::generation(r.word.load(Ordering::Acquire)) == generation
+                });
             if !current {
                 self.counters.one(Count::Stale);
                 continue;
@@ -167,8 +193,7 @@ impl Ring {
             // The oneshot entry is disabled by its report and stays for the next
             // write-only arming (a MOD).
             g.epoll_armed -= 1;
-            let p = &mut g.pending[slot as usize];
-            *p = p.idle();
+            self.set_odd(g, slot, odd.idle());
             out.push(RawEvent {
                 slot,
                 stamp: generation,

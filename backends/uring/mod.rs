@@ -7,17 +7,25 @@
 //! - `mod.rs`: [`Uring`], its documentation, and the
 //!   [`Driver`](crate::backend::Driver) impl that maps the state machine's commands
 //!   onto the ring;
-//! - `ring.rs`: the ring and the state under its mutex (`Pending` per slot,
-//!   `Shared`), its creation (io_uring_setup(2), the waker's multishot poll) and the
-//!   one push into the submission queue;
+//! - `ring.rs`: the ring and the state under its mutex (`Shared`, with `Odd`,
+//!   what the rare paths keep per slot), its creation (io_uring_setup(2), the
+//!   waker's multishot poll) and the one push into the submission queue;
+//! - `slots.rs`: each slot's request record, one word the leader takes the common
+//!   completion against without the mutex, in pages allocated on first use;
 //! - `lock.rs`: the mutex over that state, a futex word without poisoning;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
-//!   submitted at once where a leader is blocked in the kernel;
-//! - `handover.rs`: the wait, the leader in `io_uring_enter`, the followers on the
-//!   hand-over futex, and the binary waker;
+//!   submitted at once where another thread holds the ring (it may be in the
+//!   kernel);
+//! - `handover.rs`: the hand-over protocol, generic over the ring so that the
+//!   loom models (`src/loom_tests/handover.rs`) run it too: one thread at a time
+//!   holds the ring (it alone takes completions and waits in the kernel), the
+//!   followers, departing deregisters and the binary waker;
+//! - `enter.rs`: the ring's side of it, its `io_uring_enter` calls and the
+//!   eventfd write;
 //! - `complete.rs`: completion routing, each completion taken from the queue sent
-//!   where it belongs (the waker's, a remove's answer, a cancelled request queued
-//!   again, a stale one, the delivery);
+//!   where it belongs (the delivery or a stale one, against the slot's word
+//!   alone; under the mutex the waker's, a remove's answer, a cancelled request
+//!   queued again, a current one that needs more);
 //! - `half_closed.rs`: the private epoll instance for write-only armings of
 //!   half-closed sockets;
 //! - `exit.rs`: fork (a child's copy of the ring is dropped without touching the
@@ -25,14 +33,15 @@
 
 mod complete;
 mod depart;
+mod enter;
 mod exit;
 mod half_closed;
-mod handover;
 mod lock;
 mod ring;
+mod slots;
 mod submit;
 
-use crate::backend::{Backend, Driver, RawEvent, Tag};
+use crate::backend::{Backend, Driver, EventSink, RawEvent, Tag};
 use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
@@ -70,20 +79,24 @@ use std::time::Duration;
 /// - deregister: the same remove, submitted before `deregister` returns, which
 ///   returns only once no poll request of the registration is left (`depart.rs`).
 ///   A request holds a reference to its file until it has ended, and the kernel
-///   ends a removed request through task work run by the thread that submitted it
-///   (`io_poll_remove` in io_uring/poll.c, then `io_req_task_complete`, which
+///   ends a removed request through task work run by the thread that submitted
+///   it (`io_poll_remove` in io_uring/poll.c, then `io_req_task_complete`, which
 ///   posts the completion and frees the request). So when `deregister` returns
 ///   the ring holds no reference to the file: a `close` right after it releases
 ///   the socket (the peer reads EOF, a listener's port can be bound again). The
-///   price, once per descriptor: with no other thread in the kernel, one
-///   `io_uring_enter` (counted in `Stats::ctl_calls`) that submits the remove and
-///   waits for the request's end, wherever a request may be left (armed,
-///   submitted or not; disarmed, its remove not yet answered); none after a
-///   delivery. With a leader blocked in the kernel, one `io_uring_enter` that
-///   submits, then a futex wait until the leader, which returns for the
-///   completion, has taken it. Completions of other registrations taken
-///   meanwhile are kept for the next wait. A submitting thread stopped (SIGSTOP,
-///   a debugger) delays the deregistration until it runs again. Measured
+///   price, once per descriptor: with the ring free, one `io_uring_enter`
+///   (counted in `Stats::ctl_calls`) that submits the remove and waits for the
+///   request's end, wherever a request may be left (armed, submitted or not;
+///   disarmed, its remove not yet answered); none after a delivery. Completions
+///   of other registrations it takes meanwhile are kept for the next wait. With
+///   the ring held by another thread (in the kernel, or about to be), one
+///   `io_uring_enter` that submits, then a futex wait until that thread, which
+///   returns for the completion, has taken it. A submitting thread stopped
+///   (SIGSTOP, a debugger) delays the deregistration until it runs again. When
+///   the kernel refuses the enter (EAGAIN, ENOMEM), `deregister` returns that
+///   error, the remove stays queued for the next enter, and a `deregister` of
+///   the same registration again finishes the job (EINTR and EBUSY are retried
+///   inside). Measured
 ///   (`cargo bench --bench scale`, one thread, N armed idle sockets): 1.8 µs per
 ///   deregistration at N = 1,000, 23 µs at 10,000 (epoll: 1.2 and 3.3 µs), the
 ///   growth the kernel's: it finds the request to remove in a hash table of 16
@@ -170,29 +183,54 @@ use std::time::Duration;
 ///
 /// # Several waiters on one ring
 ///
-/// The submission and completion queues are each used under one mutex, held only
-/// for pushes and reaps, never across `io_uring_enter`. One waiter at a time, the
-/// *leader*, blocks in `io_uring_enter` (submitting what is queued and waiting for
-/// one completion); the others wait on a futex word (futex(2)) for a hand-over. A
-/// waiter first takes what the completion queue already holds (no system call); the
-/// leader, when it returns, leaves the completions it has no room for in the queue
-/// and wakes one follower, which takes them or becomes the next leader. Each completion is taken
-/// from the queue by one thread under the mutex, so it reaches exactly one waiter.
-/// The price at T=2: an arm made while the other thread leads costs one
-/// `io_uring_enter`, and a wake-up of a follower is a futex wake.
+/// The submission queue and the ring's rare state are used under one mutex,
+/// held only for pushes and the rare completions, never across
+/// `io_uring_enter`: an arm takes it once, an entering wait once (for the
+/// queue's length), a wait that finds completions posted not at all. Who may
+/// take completions is the hand-over's rule (`handover.rs`): one thread at a time
+/// *holds the ring* (the leader), and only it takes completions from the queue
+/// or waits in the kernel; it takes the ring with one compare-and-swap and
+/// gives it back before `deliver` returns. The others wait on a futex word
+/// (futex(2)) for a hand-over: a blocking wait as a *follower*, a `deregister`
+/// as a *departing* thread; a wait with a zero timeout takes only a wake-up or
+/// parked events and returns.
 ///
-/// That price is large, and it is the kernel's: a poll request completes through
-/// task work run by the thread that submitted it. When that thread is a follower
-/// asleep on the futex, or busy in its caller, the kernel must wake
-/// or interrupt it to post the completion. Only then is the leader woken, and it
-/// hands leadership over with one more wake-up. That is about two context switches
-/// per round trip; epoll's waiters make 0.26. Measured at P=1 T=2 on two cores
-/// (`cargo bench --features io-uring --bench pingpong`), this is about 0.1x
-/// epoll's rate, 0.5x at P=8 and 0.8x at P=64. Making every waiter block in
-/// `io_uring_enter` (no leader) was tried and was no better at T=2. At T=4 it was
-/// worse, 0.5x this design at P=8, because the kernel wakes every thread blocked
-/// on a ring for each completion. A poller per thread (`pollshot-uring-sharded`)
-/// has none of this: 1.02-1.16x sharded epoll at T=2 in three runs.
+/// Why one thread: a thread waiting in `io_uring_enter` is woken when the
+/// completion queue's tail passes the head it read on its way in
+/// (`io_cqring_wait` and `io_should_wake` in io_uring/io_uring.c). A completion
+/// another thread took first moves the head with it, and the waiter sleeps on
+/// for the next one. Before this rule, a `deregister` that waited in the kernel
+/// for its request's end, beside threads polling with a zero timeout, could
+/// sleep for good: a poll had taken that completion. With one taker, every
+/// completion posted ends the leader's enter, and the leader passes on what
+/// others wait for: it wakes one follower when it gives the ring back (which
+/// takes what it left, or leads next), and wakes departing deregisters when it
+/// gives the ring back and before it enters the kernel again holding it. A
+/// wake-up reaches a follower through the futex word, the leader through the
+/// eventfd (below). The protocol is model-checked with loom on a modelled
+/// completion queue whose waits behave as the kernel's.
+///
+/// The price at T=2: an arm made while the other thread holds the ring costs
+/// one `io_uring_enter`, and a hand-over is a futex wake.
+///
+/// At T=2 that price can be large, and it is the kernel's: a poll request
+/// completes through task work run by the thread that submitted it. When that
+/// thread is a follower asleep on the futex, or busy in its caller, the kernel
+/// must wake or interrupt it to post the completion. Only then is the leader
+/// woken, and it hands the ring over with one more wake-up. Measured at T=2 on
+/// two cores (`cargo bench --features io-uring --bench pingpong`, docs/performance.md),
+/// the shared ring is bimodal: 0.26x to 1.30x epoll's rate at P=1 from run to
+/// run, 0.55-1.06x at P=8, 0.70-1.17x at P=64 (the good mode is one thread doing
+/// the work while the other sleeps as a follower). Making every waiter block in
+/// `io_uring_enter` (no leader) was tried and was no better at T=2, and worse at
+/// T=4, because the kernel wakes every thread blocked on a ring for each
+/// completion. `IORING_SETUP_COOP_TASKRUN` (with or without
+/// `IORING_SETUP_TASKRUN_FLAG`) and submitting only from the leader were measured
+/// and not kept: no consistent gain, and the first delays a completion whose
+/// submitting thread is running in user space until that thread enters the
+/// kernel (4.0 ms, a scheduler tick, instead of 85 µs in a test). A poller per
+/// thread (`pollshot-uring-sharded`) has none of this: 1.06-1.83x sharded epoll at
+/// T=2 in two runs.
 ///
 /// Signals: `deliver` says `Interrupted` (EINTR) for a signal that ends a wait,
 /// in the leader as in a follower. A follower's futex wait ends with EINTR, which a
@@ -223,8 +261,11 @@ use std::time::Duration;
 /// wait to look takes. With no waiter blocked it costs no system call; with a
 /// follower waiting, a futex wake; with only the leader blocked in the
 /// kernel, one eventfd write, which completes the eventfd's multishot
-/// `IORING_OP_POLL_ADD` (one completion per write; read back only to empty a full
-/// counter). A wait that was not woken makes no system call for the waker. (An `IORING_OP_MSG_RING` to the
+/// `IORING_OP_POLL_ADD` (one completion per write; read back only to empty a
+/// full counter), unless a write is on its way already. A leader that takes
+/// that completion before it enters (the write came between its look and its
+/// enter) checks the flag before it sleeps. A wait that was not woken makes no
+/// system call for the waker. (An `IORING_OP_MSG_RING` to the
 /// ring itself would also need one `io_uring_enter` per wake-up of a blocked
 /// leader; the eventfd was kept as the simpler of two equal costs, not measured.)
 ///
@@ -321,6 +362,20 @@ impl Driver for Uring {
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         self.ring.wait(out, max, timeout)
+    }
+
+    /// Each event straight from the completion queue: the leader takes
+    /// completions without the ring's mutex (`handover.rs`), so the poller's
+    /// table check runs as they are taken, with no copy through `scratch`.
+    #[inline(always)]
+    fn wait_each(
+        &self,
+        _scratch: &mut Vec<RawEvent>,
+        max: usize,
+        timeout: Option<Duration>,
+        each: &mut impl EventSink,
+    ) -> io::Result<bool> {
+        self.ring.wait(each, max, timeout)
     }
 
     fn wake(&self) -> io::Result<()> {

@@ -1,25 +1,26 @@
-//! The ring and the state its users share: the per-slot pending requests, the
-//! leader's flags, the ring's creation (io_uring_setup(2), the waker's multishot
-//! poll) and the one push into the submission queue.
+//! The ring and the state its users share: what the mutex guards (the rare
+//! paths' per-slot state, the private epoll's, parked events), the ring's
+//! creation (io_uring_setup(2), the waker's multishot poll) and the one push
+//! into the submission queue.
 
 use super::lock::{Guard, Lock};
+use super::slots::{Reqs, ODD};
 use crate::backend::RawEvent;
 use crate::state::KernelError;
 use crate::stats::{Count, Counters};
-use crate::token::{pack64, unpack64};
+use crate::token::pack64;
+use crate::uring_handover::Handover;
 use io_uring::{opcode, squeue, types, IoUring};
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// `user_data` of the eventfd's multishot poll: a slot no table can reach.
 pub(super) const WAKER: u64 = pack64(u32::MAX, 0);
 /// `user_data` of every `POLL_REMOVE`: its answer needs no routing.
 pub(super) const REMOVE: u64 = pack64(u32::MAX, 1);
-/// A slot with no pending request.
-pub(super) const NONE: u64 = u64::MAX;
 /// The slot of the poll requests on the private epoll instance's descriptor; their
 /// stamp (2 and up) tells the current one from older ones.
 pub(super) const EPOLL_SLOT: u32 = u32::MAX;
@@ -27,17 +28,14 @@ pub(super) const EPOLL_SLOT: u32 = u32::MAX;
 /// Submission queue entries; the completion queue has twice as many.
 pub(super) const ENTRIES: u32 = 256;
 
-/// The pending poll request of one slot.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Pending {
-    /// Its `user_data`, or [`NONE`].
-    pub(super) user_data: u64,
-    pub(super) fd: RawFd,
-    /// The `poll32_events` it was submitted with.
-    pub(super) events: u32,
-    /// Older requests with the same `user_data` still in the kernel (queued again
-    /// when a submitting thread exited): each ends with one completion that is not
-    /// this request's.
+/// What the rare paths keep of a slot, under the mutex. A slot with any of it
+/// (not the default) has [`ODD`](super::slots::ODD) in its word, so its arms and
+/// completions take those paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Odd {
+    /// Older requests with the latest arming's `user_data` still in the kernel
+    /// (queued again when a submitting thread exited): each ends with one
+    /// completion that is not the current request's.
     pub(super) older: u32,
     /// The last request answered -EBADF: the number was closed before it was
     /// submitted. As epoll drops a closed descriptor, nothing was reported, and the
@@ -45,8 +43,8 @@ pub(super) struct Pending {
     /// checks the number), a quiet or delete `BadFd` while the number is closed and
     /// `NotFound` once it is open again.
     pub(super) lost: bool,
-    /// The current arming (`user_data`) is watched by the private epoll instance,
-    /// not by a poll request (see "Half-closed sockets" in the module docs).
+    /// The latest arming is watched by the private epoll instance, not by a poll
+    /// request (see "Half-closed sockets" in the module docs).
     pub(super) via_epoll: bool,
     /// The descriptor may have an entry in the private epoll instance (armed when
     /// `via_epoll`, else disabled by its oneshot report): a hint for ADD or MOD,
@@ -56,57 +54,13 @@ pub(super) struct Pending {
     /// write-only armings go to the private epoll instance directly. Cleared by the
     /// registration's first arm (an add).
     pub(super) half_closed: bool,
-    /// One poll request of the slot in flight that `Shared::inflight` does not
-    /// count: the common arm's, set by it and cleared by the slot's next
-    /// completion taken (whichever request it ends: the count is what matters),
-    /// so that an arm and its delivery touch only the slot. Kept by every other
-    /// rewrite of the slot (`idle`).
-    pub(super) fast: bool,
 }
 
-pub(super) const IDLE: Pending = Pending {
-    user_data: NONE,
-    fd: -1,
-    events: 0,
-    older: 0,
-    lost: false,
-    via_epoll: false,
-    in_epoll: false,
-    half_closed: false,
-    fast: false,
-};
-
-impl Pending {
-    /// No request pending, with what the slot knows of the private epoll kept,
-    /// and its uncounted request in flight (`fast`).
-    #[inline]
-    pub(super) fn idle(self) -> Pending {
-        Pending {
-            fd: self.fd,
-            in_epoll: self.in_epoll,
-            half_closed: self.half_closed,
-            fast: self.fast,
-            ..IDLE
-        }
-    }
-}
-
-/// What the mutex guards besides the queues.
+/// What the mutex guards besides the submission queue.
 #[derive(Debug)]
 pub(super) struct Shared {
-    /// Per slot: the request a completion must carry to be the current one.
-    pub(super) pending: Vec<Pending>,
-    /// A thread is blocked (or about to block) in `io_uring_enter` waiting.
-    pub(super) leader: bool,
-    /// The leader has been sent an eventfd write it has not yet returned for.
-    pub(super) kicked: bool,
-    /// Threads waiting for a hand-over (on the `handoff` futex).
-    pub(super) followers: usize,
-    /// Completions taken from the queue so far (with the queue's length: how many
-    /// the kernel has posted, to tell a signal from a completion).
-    pub(super) reaped: u64,
-    /// A wake-up no wait has taken yet (the binary waker: later ones merge).
-    pub(super) woken: bool,
+    /// Per slot: what the rare paths keep ([`Odd`]); grown by them only.
+    pub(super) odd: Vec<Odd>,
     /// Slots whose current arming the private epoll instance watches.
     pub(super) epoll_armed: usize,
     /// The stamp of the pending poll request on the private epoll instance's own
@@ -115,84 +69,39 @@ pub(super) struct Shared {
     /// The last stamp handed out (from 2 on: 0 and 1 are the waker's and the
     /// removes').
     pub(super) epoll_seq: u32,
-    /// Per slot: its poll requests in the kernel or the submission queue whose
-    /// completion has not been taken yet (pushed minus reaped; each oneshot request
-    /// ends with exactly one completion), less the one `Pending::fast` stands for.
-    /// A deregister waits for the sum, [`inflight`](Self::inflight), to be 0
-    /// (`depart.rs`).
-    pub(super) inflight: Vec<u32>,
-    /// Deregisters waiting for their slot's requests to end (on `departed`).
-    pub(super) departing: usize,
-    /// Events a deregister took from the completion queue while it waited, for
-    /// the next wait to deliver.
+    /// Events a deregister took from the completion queue while it led, for the
+    /// next wait to deliver (`PARKED` in the hand-over's word says so).
     pub(super) parked: Vec<RawEvent>,
+}
+
+impl Odd {
+    /// No arming's state kept, with what the slot knows of the private epoll
+    /// kept (its entry, a half-closed socket).
+    #[inline]
+    pub(super) fn idle(self) -> Odd {
+        Odd {
+            in_epoll: self.in_epoll,
+            half_closed: self.half_closed,
+            ..Odd::default()
+        }
+    }
 }
 
 impl Shared {
     pub(super) fn new() -> Shared {
         Shared {
-            pending: Vec::new(),
-            leader: false,
-            kicked: false,
-            followers: 0,
-            reaped: 0,
-            woken: false,
+            odd: Vec::new(),
             epoll_armed: 0,
             epoll_poll: 0,
             epoll_seq: 1,
-            inflight: Vec::new(),
-            departing: 0,
             parked: Vec::new(),
         }
     }
 
-    /// The slot's requests not yet completed: its `inflight` count and its
-    /// uncounted one (`Pending::fast`).
+    /// What the rare paths keep of `slot`.
     #[inline]
-    pub(super) fn inflight(&self, slot: u32) -> u32 {
-        let i = slot as usize;
-        let fast = self.pending.get(i).is_some_and(|p| p.fast);
-        self.inflight.get(i).copied().unwrap_or(0) + u32::from(fast)
-    }
-
-    /// The slot's pending request; `pending` and `inflight` grow together to hold
-    /// it, so that an index checked here is in bounds for both.
-    #[inline(always)]
-    pub(super) fn slot(&mut self, slot: u32) -> &mut Pending {
-        let i = slot as usize;
-        if i < self.pending.len() {
-            &mut self.pending[i]
-        } else {
-            self.grow(i)
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn grow(&mut self, i: usize) -> &mut Pending {
-        self.pending.resize(i + 1, IDLE);
-        if self.inflight.len() <= i {
-            self.inflight.resize(i + 1, 0);
-        }
-        &mut self.pending[i]
-    }
-
-    /// One more request of `slot` in flight.
-    #[inline(always)]
-    pub(super) fn count_inflight(&mut self, slot: u32) {
-        let i = slot as usize;
-        if i < self.inflight.len() {
-            self.inflight[i] += 1;
-        } else {
-            self.count_inflight_grown(i);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn count_inflight_grown(&mut self, i: usize) {
-        self.inflight.resize(i + 1, 0);
-        self.inflight[i] = 1;
+    pub(super) fn odd(&self, slot: u32) -> Odd {
+        self.odd.get(slot as usize).copied().unwrap_or_default()
     }
 }
 
@@ -206,15 +115,17 @@ pub(super) struct Ring {
     /// only closes the child's copy of its descriptor.
     pub(super) abandoned: AtomicBool,
     pub(super) shared: Lock<Shared>,
-    /// Followers wait on this word (futex(2)) for the leader's hand-over or a
-    /// wake-up: bumped, under the mutex, by each. A futex wait, unlike a condition
-    /// variable's, ends with EINTR on a signal, so a follower says `Interrupted` as
-    /// a thread blocked in the kernel does.
-    pub(super) handoff: AtomicU32,
-    /// Deregisters waiting for a leader's reap wait on this word (futex(2)):
-    /// bumped, under the mutex, when a slot's last request is reaped and when a
-    /// leader leaves the kernel.
-    pub(super) departed: AtomicU32,
+    /// Each slot's request record, reachable without the mutex (`slots.rs`).
+    pub(super) reqs: Reqs,
+    /// Completions taken from the queue so far (with the queue's length: how many
+    /// the kernel has posted, to tell a signal from a completion). Written by the
+    /// leader only.
+    pub(super) reaped: AtomicU64,
+    /// Who holds the ring, and the futex words the others sleep on
+    /// (`handover.rs`). A futex wait, unlike a condition variable's, ends with
+    /// EINTR on a signal, so a follower says `Interrupted` as a thread blocked in
+    /// the kernel does.
+    pub(super) handover: Handover,
     /// The fork count (`crate::fork`) when the ring was made: a thread exiting in
     /// a forked child must not touch the parent's ring (see [`Submitters`](super::exit::Submitters)).
     pub(super) forks: u64,
@@ -338,8 +249,9 @@ impl Ring {
             ring: ManuallyDrop::new(ring),
             abandoned: AtomicBool::new(false),
             shared: Lock::new(Shared::new()),
-            handoff: AtomicU32::new(0),
-            departed: AtomicU32::new(0),
+            reqs: Reqs::new(),
+            reaped: AtomicU64::new(0),
+            handover: Handover::new(),
             forks: crate::fork::install(),
             waker,
             epoll: OnceLock::new(),
@@ -376,22 +288,15 @@ impl Ring {
     }
 
     /// Pushes under the mutex; a push that had to submit a full queue is counted.
-    /// A poll request of a slot counts in the slot's `inflight` from here.
+    /// A slot's poll request is counted in flight by the caller, in the slot's
+    /// word, before the push (a thread that submits it may take its completion
+    /// at once).
     #[inline(always)]
-    pub(super) fn push(&self, g: &mut Shared, entry: &squeue::Entry) -> Result<(), KernelError> {
-        self.push_uncounted(entry)?;
-        let (slot, _) = unpack64(entry.get_user_data());
-        // The waker's, the removes' and the private epoll's: not a slot's.
-        if slot != u32::MAX {
-            g.count_inflight(slot);
-        }
-        Ok(())
-    }
-
-    /// [`push`](Self::push) without counting the request in its slot's
-    /// `inflight`: the caller, which holds the mutex, counts a slot's poll request.
-    #[inline(always)]
-    pub(super) fn push_uncounted(&self, entry: &squeue::Entry) -> Result<(), KernelError> {
+    pub(super) fn push(
+        &self,
+        _held: &mut Shared,
+        entry: &squeue::Entry,
+    ) -> Result<(), KernelError> {
         // SAFETY: under the mutex (the caller holds it): the only submission queue
         // handle, dropped (its tail synced) at the end of the statement. Poll and
         // poll-remove entries refer to no memory of ours: nothing must outlive
@@ -401,6 +306,25 @@ impl Ring {
             self.push_full(entry)?;
         }
         Ok(())
+    }
+
+    /// Sets what the rare paths keep of `slot` (under the mutex), and the slot's
+    /// [`ODD`] flag with it.
+    pub(super) fn set_odd(&self, g: &mut Shared, slot: u32, odd: Odd) {
+        let i = slot as usize;
+        if i >= g.odd.len() {
+            if odd == Odd::default() {
+                return;
+            }
+            g.odd.resize(i + 1, Odd::default());
+        }
+        g.odd[i] = odd;
+        let req = self.reqs.get_or_grow(slot);
+        if odd == Odd::default() {
+            req.word.fetch_and(!ODD, Ordering::AcqRel);
+        } else {
+            req.word.fetch_or(ODD, Ordering::AcqRel);
+        }
     }
 
     /// The queue is full: submit it to make room, then push (counted).

@@ -1,7 +1,10 @@
 //! Submission: the arm and the remove of one registration, queued under the
-//! mutex and submitted at once when a leader is blocked in the kernel.
+//! mutex (which guards the submission queue) and submitted at once when another
+//! thread holds the ring. A common arm touches its slot's record alone
+//! (`slots.rs`); a slot with rare state goes through [`Odd`].
 
-use super::ring::{fd_ref, Pending, Ring, Shared, IDLE, NONE};
+use super::ring::{fd_ref, Odd, Ring, Shared};
+use super::slots::{generation, inflight, with_count, Req, ODD, ONE, PENDING, READS};
 use crate::backend::Tag;
 use crate::interest::Interest;
 use crate::state::KernelError;
@@ -10,6 +13,7 @@ use crate::token::pack64;
 use io_uring::{opcode, types};
 use rustix::fd::RawFd;
 use rustix::io::Errno;
+use std::sync::atomic::Ordering;
 
 /// `poll32_events` for an interest.
 #[inline]
@@ -28,8 +32,9 @@ pub(super) fn poll_events(interest: Interest) -> u32 {
 }
 
 impl Ring {
-    /// Submits what is queued when a leader is blocked in the kernel (it would not
-    /// see it until it returns). Called without the mutex.
+    /// Submits what is queued when another thread holds the ring (it may be in
+    /// the kernel, and would not see it until it returns). Called without the
+    /// mutex.
     #[inline(always)]
     pub(super) fn submit_for_leader(&self, leader: bool) -> Result<(), KernelError> {
         if !leader {
@@ -41,7 +46,7 @@ impl Ring {
     }
 
     /// Queues the request for an arming; `rearm`: a modify, which answers
-    /// `NotFound` for a number the kernel reported closed (see [`Pending::lost`]).
+    /// `NotFound` for a number the kernel reported closed (see [`Odd::lost`]).
     /// A write-only arming of a registration known to be half-closed is made in
     /// the private epoll instance instead (one `epoll_ctl`).
     #[inline(always)]
@@ -57,55 +62,74 @@ impl Ring {
         let leader = {
             let mut guard = self.lock();
             let g = &mut *guard;
-            let p = g.slot(tag.slot);
-            if p.lost || p.via_epoll || (rearm && p.half_closed) {
-                self.arm_rare(g, fd, tag, user_data, events, rearm)?
+            let req = self.reqs.get_or_grow(tag.slot);
+            if req.word.load(Ordering::Acquire) & ODD != 0 {
+                self.arm_odd(g, req, fd, tag, user_data, events, rearm)?
             } else {
                 // The common case: a poll request, where none or one is pending.
-                // The pushes come first (they touch only the queue), so that a
-                // failed one leaves the slot as it was; then the slot is written
-                // and the request counted in flight (by `fast`, unless the slot
-                // has an uncounted one already). What the slot knew of a
-                // half-closed socket no longer holds after a registration's first
-                // arm (`rearm` false); `lost` and `via_epoll` are false already.
-                if p.user_data != NONE {
-                    self.push_uncounted(&self.remove_entry(p.user_data))?;
-                }
-                let entry = opcode::PollAdd::new(types::Fd(fd), events)
-                    .build()
-                    .user_data(user_data);
-                self.push_uncounted(&entry)?;
-                p.user_data = user_data;
-                p.fd = fd;
-                p.events = events;
-                p.older = 0;
-                p.half_closed = false;
-                if p.fast {
-                    g.count_inflight(tag.slot);
+                // The slot's word names it and counts it in flight before it is
+                // pushed (another thread's enter may submit it at once, and the
+                // leader take its completion); a failed push undoes that.
+                let reads = if events & libc::POLLIN as u32 != 0 {
+                    READS
                 } else {
-                    p.fast = true;
+                    0
+                };
+                let now = u64::from(tag.generation) << 32 | PENDING | reads;
+                let before = swap_in(req, now);
+                req.fd.store(fd, Ordering::Relaxed);
+                req.events.store(events, Ordering::Relaxed);
+                if let Err(e) = self.push_arm(g, tag.slot, before, fd, events, user_data) {
+                    swap_back(req, before);
+                    return Err(e);
                 }
-                g.leader
+                self.handover.led()
             }
         };
         self.submit_for_leader(leader)
     }
 
-    /// [`arm`](Self::arm) for a slot whose number the kernel reported closed, whose
-    /// arming the private epoll instance watches, or whose socket is known
-    /// half-closed. Returns whether to submit for a leader blocked in the kernel.
-    #[cold]
-    #[inline(never)]
-    fn arm_rare(
+    /// The pushes of a common arm: a remove of the request `before` names, if it
+    /// is pending, then the poll request.
+    #[inline(always)]
+    fn push_arm(
         &self,
         g: &mut Shared,
+        slot: u32,
+        before: u64,
+        fd: RawFd,
+        events: u32,
+        user_data: u64,
+    ) -> Result<(), KernelError> {
+        if before & PENDING != 0 {
+            let remove = self.remove_entry(pack64(slot, generation(before)));
+            self.push(g, &remove)?;
+        }
+        let entry = opcode::PollAdd::new(types::Fd(fd), events)
+            .build()
+            .user_data(user_data);
+        self.push(g, &entry)
+    }
+
+    /// [`arm`](Self::arm) for a slot with state of the rare paths ([`Odd`]): a
+    /// number the kernel reported closed, an arming the private epoll instance
+    /// watches, a socket known half-closed, older requests queued again. Returns
+    /// whether to submit for a leader.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn arm_odd(
+        &self,
+        g: &mut Shared,
+        req: &Req,
         fd: RawFd,
         tag: Tag,
         user_data: u64,
         events: u32,
         rearm: bool,
     ) -> Result<bool, KernelError> {
-        let mut old = *g.slot(tag.slot);
+        let slot = tag.slot;
+        let mut old = g.odd(slot);
         if rearm && old.lost {
             return Err(KernelError::NotFound);
         }
@@ -114,29 +138,42 @@ impl Ring {
             // loss): what the slot knew of a socket no longer holds.
             old.half_closed = false;
         }
-        if old.user_data != NONE && !old.via_epoll {
-            let remove = self.remove_entry(old.user_data);
+        let w = req.word.load(Ordering::Acquire);
+        if w & PENDING != 0 {
+            let remove = self.remove_entry(pack64(slot, generation(w)));
             self.push(g, &remove)?;
+            req.word.fetch_and(!PENDING, Ordering::AcqRel);
         }
         // A poll request would complete at once with read-closed.
         let to_epoll = old.half_closed && events & libc::POLLIN as u32 == 0;
         let now = if old.via_epoll && !to_epoll {
             // Back to a poll request: the epoll entry must not report.
-            self.epoll_forget(g, tag.slot, fd)?;
-            *g.slot(tag.slot)
+            self.epoll_forget(g, slot, fd)?;
+            g.odd(slot)
         } else {
             old
         };
-        let pending = Pending {
-            user_data,
-            fd,
-            events,
+        // The new arming is the slot's latest, not pending yet.
+        let reads = if events & libc::POLLIN as u32 != 0 {
+            READS
+        } else {
+            0
+        };
+        let latest = u64::from(tag.generation) << 32 | reads;
+        let _ = req
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(with_count(latest | (w & ODD), w))
+            });
+        req.fd.store(fd, Ordering::Relaxed);
+        req.events.store(events, Ordering::Relaxed);
+        let pending = Odd {
             via_epoll: now.via_epoll,
             ..now.idle()
         };
         let watched = to_epoll && {
-            *g.slot(tag.slot) = pending;
-            match self.epoll_watch(g, tag.slot) {
+            self.set_odd(g, slot, pending);
+            match self.epoll_watch(g, slot) {
                 Ok(Some(poll)) => {
                     self.push(g, &poll)?;
                     true
@@ -155,60 +192,111 @@ impl Ring {
             let entry = opcode::PollAdd::new(types::Fd(fd), events)
                 .build()
                 .user_data(user_data);
-            self.push(g, &entry)?;
+            req.word.fetch_add(PENDING + ONE, Ordering::AcqRel);
+            if let Err(e) = self.push(g, &entry) {
+                req.word.fetch_sub(PENDING + ONE, Ordering::AcqRel);
+                return Err(e);
+            }
             // After a refusal, the slot as `epoll_watch` left it (its entry
             // may be there).
-            let now = *g.slot(tag.slot);
-            *g.slot(tag.slot) = Pending {
-                via_epoll: false,
-                in_epoll: pending.in_epoll || now.in_epoll,
-                half_closed: pending.half_closed && !to_epoll,
-                ..pending
-            };
+            let now = g.odd(slot);
+            self.set_odd(
+                g,
+                slot,
+                Odd {
+                    via_epoll: false,
+                    in_epoll: pending.in_epoll || now.in_epoll,
+                    half_closed: pending.half_closed && !to_epoll,
+                    ..pending
+                },
+            );
         }
-        Ok(g.leader)
+        Ok(self.handover.led())
     }
 
     /// Removes the slot's pending request or epoll entry, if any. A disarm
-    /// (`deregister` false) queues the remove, submitted at once only where a
-    /// leader is blocked in the kernel; a deregister also waits until no request
-    /// of the slot is left in the kernel (`depart.rs`).
+    /// (`deregister` false) queues the remove, submitted at once only where
+    /// another thread holds the ring; a deregister also waits until no request
+    /// of the slot is left in the kernel (`depart.rs`). A refused push (a full
+    /// submission queue whose submit the kernel refused) leaves the slot as it
+    /// was, so the command can be made again.
     pub(super) fn remove(&self, fd: RawFd, tag: Tag, deregister: bool) -> Result<(), KernelError> {
+        let slot = tag.slot;
         let leader = {
             let mut g = self.lock();
-            // Nothing of the registration outlives a disarm or deregister in the
-            // private epoll instance.
-            self.epoll_forget(&mut g, tag.slot, fd)?;
-            let old = std::mem::replace(g.slot(tag.slot), IDLE);
-            g.slot(tag.slot).half_closed = old.half_closed;
-            // Its request, if any, is still in flight until its completion.
-            g.slot(tag.slot).fast = old.fast;
-            if old.lost {
-                // As epoll answers for a descriptor it dropped at close: EBADF while
-                // the number is closed, ENOENT once it names a descriptor again.
-                g.slot(tag.slot).lost = true;
-                drop(g);
-                return Err(match rustix::io::fcntl_getfd(fd_ref(fd)) {
-                    Err(Errno::BADF) => KernelError::BadFd,
-                    _ => KernelError::NotFound,
-                });
+            let req = self.reqs.get_or_grow(slot);
+            if req.word.load(Ordering::Acquire) & ODD != 0 {
+                // Nothing of the registration outlives a disarm or deregister in
+                // the private epoll instance.
+                self.epoll_forget(&mut g, slot, fd)?;
+                let odd = g.odd(slot);
+                self.set_odd(
+                    &mut g,
+                    slot,
+                    Odd {
+                        lost: odd.lost,
+                        ..odd.idle()
+                    },
+                );
+                if odd.lost {
+                    // As epoll answers for a descriptor it dropped at close: EBADF
+                    // while the number is closed, ENOENT once it names a
+                    // descriptor again.
+                    drop(g);
+                    return Err(match rustix::io::fcntl_getfd(fd_ref(fd)) {
+                        Err(Errno::BADF) => KernelError::BadFd,
+                        _ => KernelError::NotFound,
+                    });
+                }
             }
-            if old.user_data != NONE && !old.via_epoll {
-                let remove = self.remove_entry(old.user_data);
+            let w = req.word.load(Ordering::Acquire);
+            if w & PENDING != 0 {
+                let remove = self.remove_entry(pack64(slot, generation(w)));
                 self.push(&mut g, &remove)?;
+                req.word.fetch_and(!PENDING, Ordering::AcqRel);
             }
             if deregister {
                 // A request removed earlier (a disarm, a re-arm) may not have
                 // ended either.
-                let left = g.inflight(tag.slot) > 0;
+                let left = inflight(req.word.load(Ordering::Acquire)) > 0;
                 drop(g);
-                return if left { self.depart(tag.slot) } else { Ok(()) };
+                return if left { self.depart(slot) } else { Ok(()) };
             }
-            if old.user_data == NONE || old.via_epoll {
+            if w & PENDING == 0 {
                 return Ok(());
             }
-            g.leader
+            self.handover.led()
         };
         self.submit_for_leader(leader)
     }
+}
+
+/// Makes `now` (a generation and flags) the slot's word, with one more request
+/// counted in flight. Returns the word before.
+#[inline(always)]
+fn swap_in(req: &Req, now: u64) -> u64 {
+    let mut w = req.word.load(Ordering::Acquire);
+    loop {
+        match req.word.compare_exchange_weak(
+            w,
+            with_count(now, w) + ONE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(before) => return before,
+            Err(seen) => w = seen,
+        }
+    }
+}
+
+/// Undoes [`swap_in`] after a refused push: the word `before` named, less the
+/// request counted (meanwhile the leader may have taken completions of the
+/// earlier requests: their counts stay taken).
+#[cold]
+fn swap_back(req: &Req, before: u64) {
+    let _ = req
+        .word
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            Some(with_count(before, w) - ONE)
+        });
 }

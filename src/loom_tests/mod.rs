@@ -20,7 +20,12 @@
 //!   a loom mutex);
 //! - `table`: the table's lock-free lookup on that poller: an arm or a fetched
 //!   event racing a deregistration and a new registration of the same slot (point
-//!   7's kind), generation continuity, a lookup racing a new chunk.
+//!   7's kind), generation continuity, a lookup racing a new chunk;
+//! - `ring` and `handover`: the io_uring backend's hand-over
+//!   (`backends/uring/handover.rs`, the code the backend runs) on a modelled ring
+//!   whose enter waits as `io_cqring_wait` does (for a completion past the head
+//!   it read): a leader, a follower, a departing deregister, a zero-timeout poll,
+//!   wake-ups, and the counted notify of `src/wake.rs` over it.
 //!
 //! Each scenario's preemption bound is the second argument of its [`check`]: 3
 //! for those of 2 or 3 threads (every interleaving of those threads with up to 3
@@ -42,10 +47,22 @@
 //!   registration's event then completes the new arming);
 //! - a lookup that takes the slot's registration without comparing the token;
 //! - a slot unlock that does not wake the threads sleeping on it, or that
-//!   releases with `Relaxed` (an update made under the lock is lost).
+//!   releases with `Relaxed` (an update made under the lock is lost);
+//! - a zero-timeout poll that takes completions while another thread holds the
+//!   ring (the io_uring hang of a `deregister` beside polling threads: a
+//!   deadlock after 434 interleavings); the protocol as it was before, written
+//!   onto the same modelled ring, deadlocks after 14 to 24;
+//! - a leader that enters the kernel without looking at the wake-up flag after
+//!   its reap took the eventfd's completion, and a departing deregister that
+//!   sleeps without looking at its slot again after counting itself (each a
+//!   deadlock, found while writing the protocol);
+//! - a leader that enters the kernel again, holding the ring, without waking
+//!   the departing deregisters its reap may have served (a deadlock).
 
+mod handover;
 mod kernel;
 mod model;
+mod ring;
 mod table;
 mod wake;
 
