@@ -916,6 +916,7 @@ impl Sim {
             };
             let owner = entry.owner;
             let spec = self.owners[owner].spec;
+            let before = entry.state;
             entry.state.forget_kernel();
             let origin = Origin {
                 owner: owner as u64,
@@ -959,9 +960,16 @@ impl Sim {
                     assert!(!self.model.is_open(fd));
                     self.set_spec(owner, None);
                 }
-                // AFD: the number names a handle that is not a socket now.
+                // AFD: the number names a handle that is not a socket now (a
+                // number closed and reused: the registration is tainted). The
+                // state machine keeps a refused re-add armed for the retry
+                // (`RegState::rearm_fresh`), and this refusal would come again:
+                // the arming in force stays the table's, and nothing is in the
+                // kernel. (Windows has no fork: the AFD run follows the state
+                // machine.)
                 Err(_) if self.arm_may_fail(fd) && self.model.is_open(fd) => {
-                    self.set_spec(owner, None);
+                    assert_eq!(after, before, "fork: a refused re-add changed the state");
+                    assert!(self.owners[owner].tainted, "fork: refused, not tainted");
                 }
                 Err(e) => panic!("fork: re-adding registration {owner} failed: {e:?}"),
             }
