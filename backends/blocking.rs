@@ -125,12 +125,12 @@ impl Blocking {
         interest: Interest,
         must_exist: bool,
     ) -> Result<(), KernelError> {
-        let waiters = {
+        let (before, waiters) = {
             let mut set = self.set();
             if must_exist && !set.regs.contains_key(&tag.slot) {
                 return Err(KernelError::NotFound);
             }
-            set.regs.insert(
+            let before = set.regs.insert(
                 tag.slot,
                 Reg {
                     fd,
@@ -139,15 +139,34 @@ impl Blocking {
                 },
             );
             set.version = set.version.wrapping_add(1);
-            !set.polling.is_empty()
+            (before, !set.polling.is_empty())
         };
         // A waiter that took its snapshot before this arm is listed in `polling`
         // (both under the set's lock): wake it to poll the new set. The byte stays
         // in the pipe until every such waiter has returned from poll(2) (`wait`).
         if waiters {
-            self.kick().map_err(KernelError::Other)?;
+            if let Err(e) = self.kick() {
+                self.unarm(tag.slot, before);
+                return Err(KernelError::Other(e));
+            }
         }
         Ok(())
+    }
+
+    /// Takes back an arm whose wake-up was refused: the registration is as it
+    /// was `before` (the state machine keeps it unchanged on an error, and arms
+    /// it again with the same generation). Left in the set, a waiter polling
+    /// later would report the refused arming, and its report could complete the
+    /// next arming, of another interest, under the same generation. The
+    /// registration's lock, which the poller holds across the command, keeps
+    /// every other command for the slot out meanwhile.
+    #[cold]
+    fn unarm(&self, slot: u32, before: Option<Reg>) {
+        let mut set = self.set();
+        match before {
+            Some(reg) => set.regs.insert(slot, reg),
+            None => set.regs.remove(&slot),
+        };
     }
 }
 
@@ -468,5 +487,99 @@ impl AsFd for Blocking {
     /// The waker's read end (to nest this poller in another).
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.wake_r.as_fd()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    /// A backend whose waker refuses every write: its write end is a copy of
+    /// the pipe's read end, which write(2) answers with EBADF. The real write
+    /// end is returned, to keep open (closed, the read end would poll as hung
+    /// up) and to put back.
+    fn with_refusing_waker() -> (Blocking, OwnedFd) {
+        let mut b = Blocking::new().unwrap();
+        let read_end = b.wake_r.try_clone().unwrap();
+        let write_end = std::mem::replace(&mut b.wake_w, read_end);
+        (b, write_end)
+    }
+
+    /// Waits until a thread is polling (listed with its snapshot's version).
+    fn until_polling(b: &Blocking) {
+        while b.set().polling.is_empty() {
+            std::thread::yield_now();
+        }
+    }
+
+    fn tag(slot: u32, generation: u32) -> Tag {
+        Tag {
+            slot,
+            incarnation: 1,
+            generation,
+        }
+    }
+
+    /// A re-arm whose wake-up of a polling waiter the kernel refused returns the
+    /// error, and the state machine then keeps the registration as it was
+    /// (idle, its generation unchanged); so must the set. On the old code the
+    /// refused arming stayed in the set: the next wait reported it (writable,
+    /// generation 2) although the arm had failed, and the state machine, which
+    /// arms again with generation 2, could take that report for a later arming
+    /// of another interest. 20 trials.
+    #[test]
+    fn a_refused_arm_leaves_the_set_as_it_was() {
+        for trial in 0..20 {
+            let (b, write_end) = with_refusing_waker();
+            let b = Arc::new(b);
+            let (mut peer, sock) = UnixStream::pair().unwrap();
+            let (mut other_peer, other) = UnixStream::pair().unwrap();
+            let fd = sock.as_raw_fd();
+            // Armed readable, delivered: idle at generation 1 (no waiter, no wake-up).
+            b.add(fd, tag(5, 1), Interest::READABLE).unwrap();
+            peer.write_all(b"x").unwrap();
+            let mut out = Vec::new();
+            b.wait(&mut out, 8, Some(Duration::from_secs(10))).unwrap();
+            assert_eq!(out.len(), 1, "trial {trial}: {out:?}");
+            // A waiter polls the set, where only `other` is armed: its readiness
+            // ends the wait (the waker cannot).
+            b.add(other.as_raw_fd(), tag(6, 1), Interest::READABLE)
+                .unwrap();
+            let waiter = {
+                let b = Arc::clone(&b);
+                std::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    b.wait(&mut out, 8, Some(Duration::from_secs(60))).unwrap();
+                    out
+                })
+            };
+            until_polling(&b);
+            let refused = b.modify(fd, tag(5, 2), Interest::WRITABLE);
+            assert!(
+                matches!(refused, Err(KernelError::Other(ref e)) if e.raw_os_error() == Some(libc::EBADF)),
+                "trial {trial}: {refused:?}"
+            );
+            other_peer.write_all(b"y").unwrap();
+            let got = waiter.join().unwrap();
+            assert_eq!(got.len(), 1, "trial {trial}: {got:?}");
+            assert_eq!(got[0].slot, 6, "trial {trial}: {got:?}");
+            // Nothing else is armed: the refused arm left nothing to report.
+            let mut out = Vec::new();
+            b.wait(&mut out, 8, Some(Duration::ZERO)).unwrap();
+            assert!(
+                out.is_empty(),
+                "trial {trial}: the refused arm reported {out:?}"
+            );
+            // The registration is still there, idle: the retry arms it.
+            let mut b = Arc::into_inner(b).unwrap();
+            b.wake_w = write_end;
+            b.modify(fd, tag(5, 2), Interest::WRITABLE).unwrap();
+            b.wait(&mut out, 8, Some(Duration::from_secs(10))).unwrap();
+            assert_eq!(out.len(), 1, "trial {trial}: {out:?}");
+            assert_eq!((out[0].slot, out[0].stamp), (5, 2), "trial {trial}");
+        }
     }
 }

@@ -30,6 +30,10 @@
 //!   the key's reference outlives every event taken before the deregister
 //!   ([`Shared::sweep`], [`Graveyard`]);
 //! - the close rules: deregister, then close ([`Shared::close`]);
+//! - kernel refusals (ENOMEM and the like) survived: a refused wait is made
+//!   again, a refused arm of the listener and a refused deregister are retried
+//!   by the sweeper, and a worker that stops (an error, a panic) holds no key
+//!   back ([`Passes`]);
 //! - stopping every worker with one `Poller::shutdown` ([`Server::shutdown`]).
 //!
 //! `tests/echo_server.rs` runs it under a few hundred connections and checks
@@ -40,7 +44,7 @@ use pollshot::{Events, Interest, Poller, Token};
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -156,8 +160,10 @@ impl Server {
             listener,
             listener_token,
             conns: Mutex::new(HashMap::new()),
-            passes: (0..config.threads).map(|_| AtomicU64::new(0)).collect(),
+            passes: Passes::new(config.threads),
             graveyard: Mutex::new(Graveyard::default()),
+            listener_unarmed: AtomicBool::new(false),
+            undeleted: Mutex::new(Vec::new()),
             config,
             counters: Arc::new(Counters::default()),
         });
@@ -198,7 +204,8 @@ impl Server {
 
     /// Stops every worker and the sweeper, then closes every connection left
     /// (deregistered first) and the listener. Returns the first error a worker
-    /// stopped on.
+    /// stopped on (a worker that panicked is one), or the kernel's refusal of a
+    /// deregister made again here.
     ///
     /// One `Poller::shutdown` ends every `deliver`, blocked in the kernel or
     /// about to block, and every later one: each worker sees
@@ -209,13 +216,17 @@ impl Server {
         let shared = &self.shared;
         let mut first_error = shared.poller.shutdown();
         for worker in self.workers {
-            let result = worker.join().expect("a worker panicked");
+            let result = worker
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a worker panicked")));
             if first_error.is_ok() {
                 first_error = result;
             }
         }
         drop(self.stop_sweeper);
-        self.sweeper.join().expect("the sweeper panicked");
+        if self.sweeper.join().is_err() {
+            first_error = first_error.and(Err(io::Error::other("the sweeper panicked")));
+        }
         // No worker and no sweeper runs: what is left is ours, and no event is in
         // anyone's hands, so every key's reference is released at once.
         let left: Vec<_> = lock(&shared.conns).values().cloned().collect();
@@ -223,9 +234,19 @@ impl Server {
             let mut state = lock(&conn.state);
             if state.stream.is_some() {
                 let why = &shared.counters.closed_shutdown;
-                let closed = shared.close(&conn, &mut state, why, Release::Now);
-                first_error = first_error.and(closed);
+                shared.close(&conn, &mut state, why, Release::Now);
             }
+        }
+        // Deregistrations the kernel refused, made once more; the keys are
+        // released all the same (the poller goes with the server).
+        for conn in std::mem::take(&mut *lock(&shared.undeleted)) {
+            match shared.poller.deregister(conn.token()) {
+                Err(e) if e.kind() != ErrorKind::NotFound => {
+                    first_error = first_error.and(Err(e));
+                }
+                _ => {}
+            }
+            lock(&shared.graveyard).retire(Conn::key(&conn), Vec::new());
         }
         for key in lock(&shared.graveyard).drain() {
             // SAFETY: the key's reference was kept for a worker that may have held
@@ -246,8 +267,13 @@ struct Shared {
     /// this map.)
     conns: Mutex<HashMap<Token, Arc<Conn>>>,
     /// Per worker: how many times it has entered `deliver` (see [`Graveyard`]).
-    passes: Vec<AtomicU64>,
+    passes: Passes,
     graveyard: Mutex<Graveyard>,
+    /// The kernel refused the listener's arm: the sweeper arms it.
+    listener_unarmed: AtomicBool,
+    /// Closed connections whose deregister the kernel refused: the sweeper
+    /// deregisters them again (their keys wait until then).
+    undeleted: Mutex<Vec<Arc<Conn>>>,
     config: Config,
     counters: Arc<Counters>,
 }
@@ -288,6 +314,11 @@ impl Conn {
     /// until [`Shared::close`] releases it.
     fn into_key(conn: Arc<Conn>) -> usize {
         Arc::into_raw(conn) as usize
+    }
+
+    /// The registration's key of `conn` (the pointer `into_key` made).
+    fn key(conn: &Arc<Conn>) -> usize {
+        Arc::as_ptr(conn) as usize
     }
 
     /// A reference of the caller's own, from an event's key.
@@ -350,15 +381,27 @@ enum CloseReason {
 impl Shared {
     /// A worker: deliver, handle, repeat, until the poller is shut down.
     fn worker(&self, me: usize) -> io::Result<()> {
+        // Dropped when this returns or unwinds: from then on this worker holds
+        // back no key (`Passes`).
+        let worker = self.passes.enter(me);
         let mut events = Events::with_capacity(256);
         loop {
             // Every event of the last batch is handled: a key released from here
             // on cannot be in this worker's hands (`Graveyard`).
-            self.passes[me].fetch_add(1, Ordering::SeqCst);
+            worker.pass();
             match self.poller.deliver(&mut events, None) {
                 Ok(_) => {}
                 // A signal: wait again.
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                // The kernel refused the wait (poll(2)'s ENOMEM, io_uring's
+                // EAGAIN): make it again, after a pause, so that a refusal that
+                // lasts does not spin. A worker that stopped would serve no
+                // more, and none would take its place.
+                Err(e) if e.raw_os_error().is_some() => {
+                    eprintln!("echo_server: a wait refused, made again: {e}");
+                    thread::sleep(REFUSED_PAUSE);
+                    continue;
+                }
                 Err(e) => {
                     eprintln!("echo_server: a worker stops: {e}");
                     return Err(e);
@@ -366,7 +409,7 @@ impl Shared {
             }
             for event in events.iter() {
                 if event.token() == self.listener_token {
-                    self.on_listener()?;
+                    self.on_listener();
                 } else {
                     // SAFETY: the key's reference is released only by the thread
                     // that holds the registration's event (this one, now) or
@@ -384,7 +427,7 @@ impl Shared {
 
     /// The listener is readable: accept what is queued (a bounded batch, so one
     /// busy listener does not starve the connections), then arm it again.
-    fn on_listener(&self) -> io::Result<()> {
+    fn on_listener(&self) {
         for _ in 0..64 {
             match self.listener.accept() {
                 Ok((stream, _)) => {
@@ -408,7 +451,18 @@ impl Shared {
         }
         // Readiness that is still there (more queued) is reported again at once:
         // the registration is level-triggered.
-        self.poller.arm(self.listener_token, Interest::READABLE)
+        self.arm_listener();
+    }
+
+    /// Arms the listener. The kernel may refuse (ENOMEM; epoll's ENOSPC):
+    /// then nobody would ever accept again, so the sweeper arms it at its next
+    /// round (nobody else holds the listener's registration meanwhile: it is
+    /// not armed).
+    fn arm_listener(&self) {
+        if let Err(e) = self.poller.arm(self.listener_token, Interest::READABLE) {
+            eprintln!("echo_server: the listener's arm refused, made again by the sweeper: {e}");
+            self.listener_unarmed.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Registers a new connection with its state's pointer as the key, and arms
@@ -445,7 +499,7 @@ impl Shared {
         // Armed under the connection's lock, as every arm here is: the worker
         // that gets the event waits for this thread to let go.
         if let Err(e) = self.poller.arm(token, Interest::READABLE) {
-            self.close(&conn, &mut state, &self.counters.closed_error, Release::Now)?;
+            self.close(&conn, &mut state, &self.counters.closed_error, Release::Now);
             return Err(e);
         }
         Ok(())
@@ -481,7 +535,8 @@ impl Shared {
             Next::Close(CloseReason::Error) => &self.counters.closed_error,
         };
         // Not armed: this thread holds the registration's only event.
-        self.close(conn, &mut state, closed, Release::Now)
+        self.close(conn, &mut state, closed, Release::Now);
+        Ok(())
     }
 
     /// Moves bytes, and says what to wait for next and whether anything moved.
@@ -588,11 +643,24 @@ impl Shared {
         }
     }
 
-    /// Closes every connection past its deadline at `now`, then releases the
+    /// Closes every connection past its deadline at `now`, makes again what
+    /// the kernel refused (the listener's arm, deregisters), then releases the
     /// keys no worker can hold any more.
     fn sweep(&self, now: Instant) -> io::Result<()> {
+        if self.listener_unarmed.swap(false, Ordering::SeqCst) {
+            self.arm_listener();
+        }
+        for conn in std::mem::take(&mut *lock(&self.undeleted)) {
+            match self.poller.deregister(conn.token()) {
+                // NotFound: a new registration of the number (a connection
+                // accepted since) superseded it, which deleted it.
+                Err(e) if e.kind() != ErrorKind::NotFound => lock(&self.undeleted).push(conn),
+                // Deregistered: a worker may hold an event taken before the
+                // refused deregister.
+                _ => lock(&self.graveyard).retire(Conn::key(&conn), self.passes.now()),
+            }
+        }
         let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
-        let mut result = Ok(());
         for conn in conns {
             let mut state = lock(&conn.state);
             if state.stream.is_some() && state.deadline <= now {
@@ -602,11 +670,10 @@ impl Shared {
                 // worker waiting for this lock, which will find it closed and
                 // still use the key: the key's reference waits for the grace.
                 let why = &self.counters.closed_deadline;
-                let closed = self.close(&conn, &mut state, why, Release::AfterGrace);
-                result = result.and(closed);
+                self.close(&conn, &mut state, why, Release::AfterGrace);
             }
         }
-        let passes = self.passes();
+        let passes = self.passes.now();
         let mut graveyard = lock(&self.graveyard);
         for key in graveyard.collect(&passes) {
             // SAFETY: every worker has entered `deliver` again since the key's
@@ -616,19 +683,11 @@ impl Shared {
         if !graveyard.is_empty() {
             // A worker blocked in `deliver(None)` would keep the rest for as long
             // as no event comes: wake each once to let it pass.
-            for _ in 0..self.passes.len() {
+            for _ in 0..self.passes.running() {
                 self.poller.notify()?;
             }
         }
-        result
-    }
-
-    /// Each worker's pass count now.
-    fn passes(&self) -> Vec<u64> {
-        self.passes
-            .iter()
-            .map(|p| p.load(Ordering::SeqCst))
-            .collect()
+        Ok(())
     }
 
     /// The close rules: out of the server's map (the sweeper and the shutdown
@@ -636,30 +695,34 @@ impl Shared {
     /// returns), then closed (the number may be reused at once, by a new
     /// registration that has a new token); then the key's reference is released,
     /// at once or after the grace (`release`).
-    fn close(
-        &self,
-        conn: &Arc<Conn>,
-        state: &mut ConnState,
-        why: &AtomicU64,
-        release: Release,
-    ) -> io::Result<()> {
+    ///
+    /// A deregister the kernel refuses (ENOMEM) leaves the registration in
+    /// place, disarmed: nothing is delivered for it and nothing arms it again.
+    /// The socket is closed all the same (its peer is told), and the sweeper
+    /// deregisters again (a deregister of a closed number finds it gone: not an
+    /// error); the key waits until then, and for the grace after.
+    fn close(&self, conn: &Arc<Conn>, state: &mut ConnState, why: &AtomicU64, release: Release) {
         let token = conn.token();
         lock(&self.conns).remove(&token);
         // Counted before the close, so that a peer that sees the close sees the
         // count too.
         bump(why);
-        let result = self.poller.deregister(token);
+        let deregistered = self.poller.deregister(token);
         drop(state.stream.take()); // the close, after the deregister
         state.pending = Vec::new();
-        let key = Arc::as_ptr(conn) as usize;
+        if let Err(e) = deregistered {
+            eprintln!("echo_server: a deregister refused, made again by the sweeper: {e}");
+            lock(&self.undeleted).push(Arc::clone(conn));
+            return;
+        }
+        let key = Conn::key(conn);
         match release {
             // SAFETY: no other thread can hold an event carrying the key (see
             // `Release::Now`); `conn` is a reference of this thread's own, so the
             // state outlives this call.
             Release::Now => unsafe { Conn::release_key(key) },
-            Release::AfterGrace => lock(&self.graveyard).retire(key, self.passes()),
+            Release::AfterGrace => lock(&self.graveyard).retire(key, self.passes.now()),
         }
-        result
     }
 }
 
@@ -687,10 +750,15 @@ impl Graveyard {
 
     /// Takes out the keys that no worker can hold any more, the pass counts
     /// being `passes` now.
+    /// A worker whose count is [`Passes::LEFT`] has left its loop: it holds
+    /// nothing.
     pub fn collect(&mut self, passes: &[u64]) -> Vec<usize> {
         let mut free = Vec::new();
         self.retired.retain(|(key, then)| {
-            let passed = then.iter().zip(passes).all(|(then, now)| now != then);
+            let passed = then
+                .iter()
+                .zip(passes)
+                .all(|(then, now)| *now == Passes::LEFT || now != then);
             if passed {
                 free.push(*key);
             }
@@ -709,6 +777,72 @@ impl Graveyard {
         self.retired.is_empty()
     }
 }
+
+/// Each worker's pass count, for the [`Graveyard`]: how many times it has
+/// entered `deliver`, or [`Passes::LEFT`] once it has left its loop.
+///
+/// A worker that stops (an error, a panic) makes no more passes: counted as it
+/// was, it would hold back every key retired after, for the server's whole
+/// life. Its [`Worker`] guard marks it as left when it is dropped, whether the
+/// worker returns or unwinds.
+#[derive(Debug)]
+pub struct Passes {
+    counts: Vec<AtomicU64>,
+}
+
+impl Passes {
+    /// The count of a worker that has left its loop: it holds no event now,
+    /// and takes none later.
+    pub const LEFT: u64 = u64::MAX;
+
+    /// `workers` workers, none started.
+    pub fn new(workers: usize) -> Passes {
+        Passes {
+            counts: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Worker `me` starts its loop; it has left when the guard is dropped.
+    pub fn enter(&self, me: usize) -> Worker<'_> {
+        Worker { passes: self, me }
+    }
+
+    /// Every worker's count now.
+    pub fn now(&self) -> Vec<u64> {
+        self.counts
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// How many workers have not left.
+    pub fn running(&self) -> usize {
+        self.now().iter().filter(|&&c| c != Passes::LEFT).count()
+    }
+}
+
+/// A worker's place in [`Passes`], for as long as it runs its loop.
+#[derive(Debug)]
+pub struct Worker<'a> {
+    passes: &'a Passes,
+    me: usize,
+}
+
+impl Worker<'_> {
+    /// Every event of the last batch is handled: about to `deliver` again.
+    pub fn pass(&self) {
+        self.passes.counts[self.me].fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        self.passes.counts[self.me].store(Passes::LEFT, Ordering::SeqCst);
+    }
+}
+
+/// How long a worker waits before it makes a refused wait again.
+const REFUSED_PAUSE: Duration = Duration::from_millis(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

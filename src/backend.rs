@@ -110,8 +110,9 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// with `EPOLLONESHOT` and no readiness bits, so that a hang-up fires at most once).
     fn quiet(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
 
-    /// Row "in kernel, deregister": remove `fd`. ENOENT and EBADF are answered as
-    /// such; the state machine treats them as success.
+    /// Row "in kernel, deregister": remove `fd`. ENOENT, EBADF and a refusal to
+    /// poll the number (epoll's EPERM: it now names a regular file) are answered
+    /// as such; the state machine treats them as success.
     fn delete(&self, fd: RawFd, tag: Tag) -> Result<(), KernelError>;
 
     /// Row "in kernel, deregister" for a registration that a new registration of

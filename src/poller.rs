@@ -748,14 +748,17 @@ impl<B: Backend> Poller<B> {
     /// nothing, and events for it still in flight are dropped as stale.
     ///
     /// Call it before closing the descriptor. If the descriptor was closed first,
-    /// the kernel's ENOENT or EBADF mean it is already gone: not an error.
+    /// the kernel's ENOENT or EBADF mean it is already gone: not an error; so does
+    /// epoll's EPERM when its number now names a regular file or `/dev/null`
+    /// (the kernel refuses to poll the number before it looks for the entry).
     ///
     /// # Errors
     /// - `ErrorKind::NotFound`: `token` names no live registration (deregistered
     ///   twice, or superseded by a later registration of the same number).
     /// - `ErrorKind::Other`: used in a forked child before re-initialisation.
     /// - the kernel's refusal, with its errno: `EPOLL_CTL_DEL`'s or `EV_DELETE`'s
-    ///   other than ENOENT and EBADF (ENOMEM), io_uring's `io_uring_enter` (EAGAIN).
+    ///   other than ENOENT, EBADF and EPERM (ENOMEM), io_uring's `io_uring_enter`
+    ///   (EAGAIN).
     ///   Nothing is released then: the registration stays, disarmed (nothing is
     ///   delivered for it until an arm), and `token` still names it. Call
     ///   `deregister` again (or arm it again) once the kernel has recovered.

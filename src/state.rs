@@ -18,7 +18,7 @@
 //! | fresh or idle | disarm | none | unchanged |
 //! | armed(i, g) | kernel event tagged g | none | idle; delivered |
 //! | any | event tagged g' != g | none | unchanged; dropped as stale |
-//! | in kernel | deregister | delete; ENOENT, EBADF are not errors | freed |
+//! | in kernel | deregister | delete; ENOENT, EBADF, not pollable are not errors | freed |
 //! | in kernel | deregister, delete refused | delete | idle, g+1 (still owed) |
 //! | fresh | deregister | none | freed |
 //!
@@ -464,7 +464,11 @@ impl RegState {
 
     /// Deregister: delete from the kernel if it holds the descriptor. ENOENT and
     /// EBADF mean the kernel already dropped it (the descriptor was closed) and
-    /// are not errors. Afterwards the state is fresh with a new generation.
+    /// are not errors; so is a refusal that means "this descriptor cannot be
+    /// polled" (epoll's EPERM: the number was closed and now names a regular file
+    /// or `/dev/null`, which the kernel checks before it looks the entry up, so
+    /// nothing of this registration can be under that number). Afterwards the
+    /// state is fresh with a new generation.
     ///
     /// A delete the kernel refuses otherwise (ENOMEM; io_uring's EAGAIN) leaves
     /// the descriptor in the kernel: the state is then idle with a new generation
@@ -478,7 +482,10 @@ impl RegState {
             return Ok(false);
         }
         match kernel.delete() {
-            Ok(()) | Err(KernelError::NotFound) | Err(KernelError::BadFd) => {
+            Ok(())
+            | Err(KernelError::NotFound)
+            | Err(KernelError::BadFd)
+            | Err(KernelError::NotPollable) => {
                 self.set_phase(Phase::Fresh);
                 Ok(true)
             }
@@ -831,7 +838,7 @@ mod tests {
         assert_eq!(s.on_event(Some(5)), Some(R));
     }
 
-    // Row: in kernel | deregister | delete; ENOENT and EBADF are not errors | freed
+    // Row: in kernel | deregister | delete; ENOENT, EBADF, not pollable are not errors | freed
     #[test]
     fn row_in_kernel_deregister_deletes() {
         for (s0, ans) in [
@@ -839,6 +846,8 @@ mod tests {
             (idle(3), None),
             (armed(B, 3), Some(Ans::NotFound)),
             (idle(3), Some(Ans::BadFd)),
+            (idle(3), Some(Ans::NotPollable)),
+            (armed(W, 3), Some(Ans::NotPollable)),
         ] {
             let mut s = s0;
             let mut k = Rec::answering(ans.as_slice());

@@ -22,7 +22,7 @@ mod windows_common;
 #[cfg(windows)]
 use windows_common::close_with_reset;
 
-use echo_server::{Config, Counters, Graveyard, Server};
+use echo_server::{Config, Counters, Graveyard, Passes, Server};
 use pollshot::Poller;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -422,6 +422,74 @@ fn a_retired_key_is_released_once_every_worker_has_passed() {
         vec![0xC0],
         "the shutdown takes every key"
     );
+}
+
+/// A worker that stops (its loop returned on an error, or it panicked) makes
+/// no more passes, and holds no event either: a key retired after must not
+/// wait for it. Three workers: one keeps passing, one returns, one panics;
+/// keys retired while the two were in their loops are released once the first
+/// has passed and the two have left, and keys retired after they left wait for
+/// the first worker alone. On the old pass counts (a plain counter, frozen when
+/// the worker left: what this test sees with `Worker`'s drop a no-op) no key
+/// was released again for the server's whole life, and the sweeper woke every
+/// worker at every round for them. 20 trials.
+#[test]
+fn a_worker_that_stopped_holds_no_key_back() {
+    for trial in 0..20 {
+        let passes = Arc::new(Passes::new(3));
+        let first = passes.enter(0);
+        first.pass();
+        let (in_loop, go) = (
+            Arc::new(std::sync::Barrier::new(3)),
+            Arc::new(std::sync::Barrier::new(3)),
+        );
+        let stopping: Vec<_> = [false, true]
+            .into_iter()
+            .enumerate()
+            .map(|(i, panics)| {
+                let (passes, in_loop, go) =
+                    (Arc::clone(&passes), Arc::clone(&in_loop), Arc::clone(&go));
+                thread::spawn(move || {
+                    let worker = passes.enter(1 + i);
+                    worker.pass();
+                    in_loop.wait();
+                    go.wait();
+                    assert!(!panics, "trial {trial}: worker {} panics", 1 + i);
+                })
+            })
+            .collect();
+        in_loop.wait();
+        let mut graveyard = Graveyard::default();
+        graveyard.retire(0xA0, passes.now());
+        assert!(graveyard.collect(&passes.now()).is_empty(), "trial {trial}");
+        go.wait();
+        let ended: Vec<bool> = stopping.into_iter().map(|t| t.join().is_ok()).collect();
+        assert_eq!(
+            ended,
+            [true, false],
+            "trial {trial}: one returned, one panicked"
+        );
+        graveyard.retire(0xB0, passes.now());
+        assert!(
+            graveyard.collect(&passes.now()).is_empty(),
+            "trial {trial}: the first worker has not passed"
+        );
+        first.pass();
+        assert_eq!(
+            graveyard.collect(&passes.now()),
+            vec![0xA0, 0xB0],
+            "trial {trial}: the workers that left hold nothing"
+        );
+        assert_eq!(passes.running(), 1, "trial {trial}");
+        drop(first);
+        assert_eq!(passes.running(), 0, "trial {trial}");
+        graveyard.retire(0xC0, passes.now());
+        assert_eq!(
+            graveyard.collect(&passes.now()),
+            vec![0xC0],
+            "trial {trial}"
+        );
+    }
 }
 
 /// The hazard the grace is for, step by step on a real poller: a worker takes

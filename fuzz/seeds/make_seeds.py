@@ -39,7 +39,7 @@ def vec(spec, ops):
 
 MACHINE = ["Open", "Dup", "Close", "Levels", "Register", "Arm", "Disarm",
            "Deregister", "Wait", "Accept", "Deliver", "Fire", "Stale", "Notify",
-           "StaleWait", "Fork"]
+           "StaleWait", "Fork", "Refuse"]
 REAL = ["Open", "Dup", "Close", "Write", "Read", "Fill", "DrainPeer",
         "ShutdownPeer", "ClosePeer", "Register", "Arm", "Disarm", "Deregister",
         "Deliver", "Notify"]
@@ -157,6 +157,28 @@ SEEDS = {
             ("Open", 0), ("Register", 0), ("Arm", 0, R), ("Close", 0),
             ("Deliver", 0), ("Open", 1), ("Arm", 0, R), ("Register", 0),
             ("Arm", 1, R), ("Deliver", 1), ("Deregister", 0), ("Deregister", 1)]),
+        # The kernel refuses one command (ENOMEM) of each kind: a first arm, a
+        # disarm, a deregister of an armed registration (kept, disarmed: its
+        # event, fetched before, is stale; armed again; the retry deletes), a
+        # superseded registration's delete, a fork's re-add (made again).
+        "refused_commands": machine(0, 0, [
+            ("Open", 0), ("Open", 0), ("Register", 0), ("Register", 1),
+            ("Refuse",), ("Arm", 0, R), ("Arm", 0, R), ("Refuse",), ("Disarm", 0),
+            ("Levels", 0, RD), ("Arm", 1, W), ("Wait", 1), ("Refuse",),
+            ("Deregister", 0), ("Accept", 1), ("Deliver", 2), ("Arm", 0, R),
+            ("Deliver", 0), ("Refuse",), ("Deregister", 0), ("Deregister", 0),
+            ("Arm", 1, W), ("Refuse",), ("Register", 1), ("Arm", 2, R),
+            ("Levels", 1, RD | WR), ("Deliver", 1), ("Register", 0), ("Arm", 3, W),
+            ("Arm", 2, W), ("Refuse",), ("Fork",), ("Levels", 0, RD | WR),
+            ("Deliver", 0)]),
+        # A refused deregister, then the descriptor closed and its number
+        # reused before the retry (the retry deletes nothing of the new one),
+        # then registered again.
+        "refused_deregister_then_reuse": machine(0, 0, [
+            ("Open", 0), ("Register", 0), ("Arm", 0, B), ("Refuse",),
+            ("Deregister", 0), ("Close", 0), ("Open", 0), ("Levels", 0, RD),
+            ("Deliver", 0), ("Deregister", 0), ("Register", 0), ("Arm", 1, R),
+            ("Deliver", 1)]),
     },
     "epoll_real": {
         "pingpong": vec(REAL, [

@@ -61,6 +61,7 @@ pub enum MachineOp {
     Notify,
     StaleWait { reg: u8, back: u8, thread: u8 },
     Fork,
+    Refuse,
 }
 
 impl MachineOp {
@@ -87,6 +88,7 @@ impl MachineOp {
             MachineOp::Notify => Op::Notify,
             MachineOp::StaleWait { reg, back, thread } => Op::StaleWait { reg, back, thread },
             MachineOp::Fork => Op::Fork,
+            MachineOp::Refuse => Op::Refuse,
         }
     }
 }

@@ -24,7 +24,9 @@
 //!   deregistration one exactly when the kernel holds the descriptor;
 //! - (f) AFD: no poll is pending unless it is its registration's current one
 //!   (one the backend forgot would complete for a dead or re-armed arming, or
-//!   never, its memory held until then).
+//!   never, its memory held until then);
+//! - (g) a deregister whose delete the kernel accepted left nothing of the
+//!   registration in the kernel (a refused one keeps it for the retry).
 //!
 //! Parity ([`run_parity`]): the same operations run on epoll, every kqueue
 //! kernel family (FreeBSD and the kernels like it, OpenBSD 6.4+, NetBSD 8/9;
@@ -33,14 +35,17 @@
 //! AFD semantics must deliver the same armings at the same operations, and give
 //! the same results, for every registration that was not left behind by a close
 //! (tainted), raced on kqueue (see [`Owner::raced`]), refused by AFD (not a
-//! socket, [`Owner::refused`]) or delivered by AFD for readiness gone by the
-//! wait ([`Owner::gone`]).
+//! socket, [`Owner::refused`]), delivered by AFD for readiness gone by the
+//! wait ([`Owner::gone`]) or refused a command on one semantics only
+//! ([`Owner::refusals`]).
 //!
 //! And an arm of a live registration whose number is open succeeds, whatever
 //! happened to the number before (closed, reused, dup'd: the fallbacks repair it).
 //! A wait that fetched only stale events delivers nothing ([`Op::StaleWait`]); a
 //! fork's re-initialisation issues only adds, one per armed registration, to the
-//! child's new kernel ([`Op::Fork`]).
+//! child's new kernel ([`Op::Fork`]). A command the kernel refuses
+//! ([`Op::Refuse`]) changes nothing in the table but a deregister's, which keeps
+//! the registration disarmed and owing its delete.
 
 use pollshot::model::{
     Command, CommandRecord, Errno, Fd, Levels, Model, ModelEvent, Origin, RearmRecord, Semantics,
@@ -152,6 +157,14 @@ pub enum Op {
     /// are added to it armed (always-ready ones queue a synthetic event again),
     /// idle ones become fresh; events other threads held are gone with them.
     Fork,
+    /// The kernel refuses the first command of the next operation with ENOMEM
+    /// ([`Model::refuse_next`]): an arm or a disarm fails with the state
+    /// unchanged; a deregister fails and keeps the registration, disarmed and
+    /// still owing its delete ([`Owner::owes_delete`]); a superseded
+    /// registration's delete fails and its slot is the new one's all the same;
+    /// a fork's re-add fails with the registration still armed, and the
+    /// re-initialisation is made again (the caller's retry: another new kernel).
+    Refuse,
 }
 
 /// Why an operation failed, comparable across semantics.
@@ -233,6 +246,15 @@ pub struct Owner {
     pub delivered: Vec<u64>,
     /// Its generation when it died.
     pub last_generation: u32,
+    /// Its deregister was refused: the kernel may still hold the arming that
+    /// was in force then (stale: the table moved to a new generation and is
+    /// idle) until a command of the registration replaces it.
+    pub owes_delete: bool,
+    /// The operations (by number) whose kernel command was refused
+    /// ([`Op::Refuse`]). Parity skips a registration whose refusals differ
+    /// between semantics (one issued a command where another had none to
+    /// issue: an always-ready registration).
+    pub refusals: Vec<usize>,
     /// Its history.
     pub log: Vec<Logged>,
 }
@@ -304,6 +326,8 @@ pub struct Sim {
     pub fallbacks: Fallbacks,
     /// Synthetic events queued by the last operation.
     pub synthetic_queued: u64,
+    /// [`Op::Refuse`] came last: the next operation's first command is refused.
+    refuse_next: bool,
 }
 
 fn synthetic_readiness(interest: Interest) -> Readiness {
@@ -337,6 +361,7 @@ impl Sim {
             commands: Vec::new(),
             fallbacks: Fallbacks::default(),
             synthetic_queued: 0,
+            refuse_next: false,
         }
     }
 
@@ -409,9 +434,30 @@ impl Sim {
         }
     }
 
-    fn free(&mut self, slot: usize) -> Result<(), Failure> {
-        let mut entry = self.slots[slot].take().expect("free of an empty slot");
+    /// Notes that `owner`'s command in this operation was refused, if it was.
+    fn note_refusal(&mut self, owner: usize, cmds: &[CommandRecord]) -> bool {
+        let refused = cmds.iter().any(|c| c.error == Some(Errno::NoMem));
+        if refused {
+            let op = self.op;
+            self.owners[owner].refusals.push(op);
+        }
+        refused
+    }
+
+    /// Deregisters the registration in `slot` (`superseded`: by a new
+    /// registration of its number), as `Poller::free` does: a refused delete
+    /// keeps a deregistration's registration, idle with a new generation and
+    /// still in the kernel; a superseded one's slot is emptied all the same.
+    fn free(&mut self, slot: usize, superseded: bool) -> Result<(), Failure> {
+        if superseded && self.sem().is_kqueue() {
+            // The kqueue backend holds a superseded registration's deletes back
+            // to ride on the next command for the number (`Shared::hold_back`),
+            // and ignores their answer: the poller never sees one refused.
+            self.model.refuse_next(false);
+        }
+        let entry = self.slots[slot].as_mut().expect("free of an empty slot");
         let owed = entry.state.in_kernel();
+        let before = entry.state;
         let origin = Origin {
             owner: entry.owner as u64,
             arming: 0,
@@ -422,6 +468,7 @@ impl Sim {
             entry.incarnation,
             origin,
         ));
+        let (owner, fd, after) = (entry.owner, entry.fd, entry.state);
         let cmds = self.model.take_commands();
         assert_eq!(
             cmds.len(),
@@ -431,13 +478,46 @@ impl Sim {
         if owed {
             assert_eq!(cmds[0].command, Command::Delete);
         }
+        let refused = self.note_refusal(owner, &cmds);
         self.commands.extend(cmds);
+        assert_eq!(
+            after.generation(),
+            before.generation().wrapping_add(1),
+            "deregister: a new generation"
+        );
+        if refused && !superseded {
+            // Kept for the retry: disarmed, still in the kernel.
+            assert!(r.is_err(), "a refused delete answered {r:?}");
+            assert_eq!(after.phase(), Phase::Idle, "a refused deregister");
+            assert!(after.in_kernel(), "a refused deregister owes its delete");
+            let o = &mut self.owners[owner];
+            o.spec = None;
+            o.owes_delete = true;
+            return r.map(drop).map_err(|e| failure(&e));
+        }
+        assert!(refused || r.is_ok(), "deregister failed: {r:?}");
+        let entry = self.slots[slot].take().expect("the slot");
         let g = entry.state.generation();
         self.slot_epoch[slot] = g;
-        let o = &mut self.owners[entry.owner];
+        let tainted = self.owners[owner].tainted;
+        let o = &mut self.owners[owner];
         o.alive = false;
         o.spec = None;
         o.last_generation = g;
+        o.owes_delete = false;
+        if owed && r.is_ok() && !superseded && !tainted && self.model.is_open(fd) {
+            // (g) A delete that returned Ok left nothing of the registration in
+            // the kernel. (A registration that never reached the kernel owes
+            // none: what the kernel may hold under its number is an orphan it
+            // never knew, a closed dup's or a superseded registration's whose
+            // delete was refused, with a stale tag.)
+            let view = self.model.view(fd, slot as u32);
+            assert!(
+                !view.present,
+                "(g) registration {owner} deregistered, but the kernel ({:?}) still holds {view:?}",
+                self.sem()
+            );
+        }
         r.map(drop).map_err(|e| failure(&e))
     }
 
@@ -470,12 +550,14 @@ impl Sim {
                 armings: 0,
                 delivered: Vec::new(),
                 last_generation: 0,
+                owes_delete: false,
+                refusals: Vec::new(),
                 log: Vec::new(),
             });
             return owner;
         }
         if let Some(owner) = self.slots[slot].as_ref().map(|e| e.owner) {
-            let r = self.free(slot);
+            let r = self.free(slot, true);
             let op = self.op;
             self.owners[owner].log.push(Logged::Result(op, r));
         }
@@ -502,6 +584,8 @@ impl Sim {
             armings: 0,
             delivered: Vec::new(),
             last_generation: start,
+            owes_delete: false,
+            refusals: Vec::new(),
             log: Vec::new(),
         });
         self.slots[slot] = Some(Entry {
@@ -627,6 +711,9 @@ impl Sim {
                 if self.model.is_open(fd) {
                     self.owners[owner].tainted = false;
                 }
+                // The kernel's arming is this one: what a refused deregister
+                // left there is replaced.
+                self.owners[owner].owes_delete = false;
                 assert!(renew, "(e) arm for the interest in force issued {cmds:?}");
                 assert!(first_ok, "arm from {:?} issued {cmds:?}", before.phase());
                 let fallback =
@@ -672,8 +759,9 @@ impl Sim {
             Err(e) => {
                 assert_eq!(before, after, "a failed arm ({e:?}) changed the state");
                 let fd = self.owners[owner].fd;
+                let refused = self.note_refusal(owner, &cmds);
                 assert!(
-                    self.arm_may_fail(fd),
+                    refused || self.arm_may_fail(fd),
                     "arm of registration {owner} on open fd {fd} failed: {e:?} after {cmds:?}"
                 );
                 Err(failure(&e))
@@ -716,6 +804,10 @@ impl Sim {
         ));
         let after = entry.state;
         let cmds = self.model.take_commands();
+        if self.note_refusal(owner, &cmds) {
+            assert_eq!(before, after, "a refused disarm changed the state");
+            assert!(r.is_err(), "a refused disarm answered {r:?}");
+        }
         match spec {
             None => assert!(
                 cmds.is_empty(),
@@ -744,7 +836,7 @@ impl Sim {
         let Some(slot) = self.live(owner) else {
             return self.log(owner, Err(Failure::NotFound));
         };
-        let r = self.free(slot);
+        let r = self.free(slot, false);
         self.log(owner, r)
     }
 
@@ -903,12 +995,23 @@ impl Sim {
     /// registrations (on epoll the child inherits the parent's instance).
     pub fn fork(&mut self) {
         self.begin();
-        self.model.fork_child();
         // Only the forking thread exists in the child, and it is not inside
         // `deliver`: what the threads held belongs to the parent.
         for t in &mut self.threads {
             t.clear();
         }
+        // A re-add the kernel refused fails the re-initialisation, and the
+        // caller makes it again: another new kernel instance (a refusal is
+        // made once).
+        while !self.reinit_after_fork() {}
+    }
+
+    /// One `reinit_after_fork` in the child: a new kernel instance, every
+    /// registration re-added as [`Sim::fork`] says. `false` when a re-add was
+    /// refused ([`Op::Refuse`]): the registration is as it was (armed), and
+    /// the re-initialisation stopped there, as the poller's does.
+    fn reinit_after_fork(&mut self) -> bool {
+        self.model.fork_child();
         self.synthetic.clear();
         for slot in 0..self.slots.len() {
             let Some(entry) = self.slots[slot].as_mut() else {
@@ -916,6 +1019,7 @@ impl Sim {
             };
             let owner = entry.owner;
             let spec = self.owners[owner].spec;
+            let before = entry.state;
             entry.state.forget_kernel();
             let origin = Origin {
                 owner: owner as u64,
@@ -934,6 +1038,15 @@ impl Sim {
                 cmds.iter().all(|c| matches!(c.command, Command::Add(..))),
                 "fork: re-initialisation issued {cmds:?}, not only adds"
             );
+            // Nothing is in the new kernel: what a refused deregister left in
+            // the parent's is no concern of the child's.
+            self.owners[owner].owes_delete = false;
+            if self.note_refusal(owner, &cmds) {
+                assert!(r.is_err(), "fork: a refused re-add answered {r:?}");
+                assert_eq!(after, before, "fork: a refused re-add changed the state");
+                self.commands.extend(cmds);
+                return false;
+            }
             match r {
                 Ok(Armed::Unchanged) => {
                     assert!(spec.is_none(), "fork: armed {spec:?}, not re-added");
@@ -959,8 +1072,13 @@ impl Sim {
                     assert!(!self.model.is_open(fd));
                     self.set_spec(owner, None);
                 }
-                // AFD: the number names a handle that is not a socket now.
-                Err(_) if self.arm_may_fail(fd) && self.model.is_open(fd) => {
+                // AFD: the number names a handle that is not a socket now (a
+                // refusal of the descriptor, not transient: the state machine
+                // leaves it unarmed, `RegState::rearm_fresh`). (Windows has no
+                // fork: the AFD run follows the state machine.)
+                Err(ref e) if self.arm_may_fail(fd) && self.model.is_open(fd) => {
+                    assert!(!e.is_transient(), "fork: {e:?} is transient");
+                    assert_eq!(after.phase(), Phase::Fresh, "fork: refused, still armed");
                     self.set_spec(owner, None);
                 }
                 Err(e) => panic!("fork: re-adding registration {owner} failed: {e:?}"),
@@ -968,8 +1086,8 @@ impl Sim {
             self.note_commands(slot, &cmds);
             self.commands.extend(cmds);
         }
+        true
     }
-
     /// A thread checks the events it holds against the table (the second half of
     /// `deliver`, as `Poller::accept` and `Poller::take_synthetic` do).
     pub fn accept(&mut self, thread: usize) -> Vec<Delivery> {
@@ -1170,6 +1288,17 @@ impl Sim {
                 // the next report (dropped as stale) or arm. Tolerated for such a
                 // raced registration only; see the fuzz notes.
                 Phase::Idle if kq_fixed && o.raced => view.present,
+                // A refused deregister left the kernel as it was: present, and
+                // armed for the arming then in force (stale: the table moved
+                // to a new generation, which a kqueue whose udata is fixed at
+                // `EV_ADD` cannot tell) until a command replaces it. poll(2)'s
+                // backend takes the delete back disarmed; an event port's
+                // association may be gone already (a retrieved event).
+                Phase::Idle if o.owes_delete => {
+                    sem == Semantics::Ports
+                        || (view.present
+                            && (kq_fixed || view.armed.is_none() || view.tag != Some(tag)))
+                }
                 // Event ports: a quiet (`port_dissociate`) removes the association,
                 // a retrieved event leaves it inactive: either way nothing armed.
                 Phase::Idle if sem == Semantics::Ports => view.armed.is_none(),
@@ -1215,6 +1344,9 @@ impl Sim {
     /// Applies one operation of the alphabet, then checks (a).
     pub fn apply(&mut self, op: &Op) {
         self.op += 1;
+        // A refusal is for the first command of the operation right after it.
+        let refuse = std::mem::take(&mut self.refuse_next);
+        self.model.refuse_next(refuse);
         let fds = self.model.open_fds();
         let pick_fd = |i: u8| (!fds.is_empty()).then(|| fds[i as usize % fds.len()]);
         let n = self.owners.len();
@@ -1300,7 +1432,9 @@ impl Sim {
                 self.notify();
             }
             Op::Fork => self.fork(),
+            Op::Refuse => self.refuse_next = true,
         }
+        self.model.refuse_next(false);
         self.check();
     }
 
@@ -1350,7 +1484,11 @@ pub fn run_parity(ops: &[Op], start: u32, policy: EpochPolicy) -> Vec<Sim> {
     for o in 0..n {
         if sims.iter().any(|s| {
             let ow = &s.owners[o];
-            ow.ever_tainted || ow.raced || ow.refused || ow.gone
+            ow.ever_tainted
+                || ow.raced
+                || ow.refused
+                || ow.gone
+                || ow.refusals != sims[0].owners[o].refusals
         }) {
             continue;
         }

@@ -311,6 +311,11 @@ pub enum Errno {
     /// a poll of a handle that is not a socket (STATUS_OBJECT_TYPE_MISMATCH),
     /// passed on as an error.
     Inval,
+    /// ENOMEM: the kernel refused the command for want of memory (epoll_ctl's
+    /// ENOMEM, io_uring_enter's EAGAIN, a refused waker write on poll(2)), only
+    /// where [`Model::refuse_next`] asked for it. Nothing changed, but a poll(2)
+    /// delete, which the backend takes back disarmed.
+    NoMem,
 }
 
 impl Errno {
@@ -322,6 +327,7 @@ impl Errno {
             Errno::BadF => libc::EBADF,
             Errno::Perm => libc::EPERM,
             Errno::Inval => libc::EINVAL,
+            Errno::NoMem => libc::ENOMEM,
         }
     }
 }
@@ -412,6 +418,8 @@ pub struct Model {
     /// kqueue: the record the modelled backend re-arms with.
     rearm: RearmRecord,
     notified: bool,
+    /// The next command a [`RegKernel`] receives is refused ([`Model::refuse_next`]).
+    refuse: bool,
     log: Vec<CommandRecord>,
     calls: Calls,
 }
@@ -452,9 +460,20 @@ impl Model {
             sent: Vec::new(),
             rearm: RearmRecord::default(),
             notified: false,
+            refuse: false,
             log: Vec::new(),
             calls: Calls::default(),
         }
+    }
+
+    /// Makes the kernel refuse the next command a [`RegKernel`] receives with
+    /// ENOMEM ([`Errno::NoMem`]), as a kernel short of memory does: the command
+    /// changes nothing (epoll_ctl(2) ENOMEM; a kqueue change refused whole; an
+    /// io_uring submission refused), except a delete on poll(2) semantics, which
+    /// leaves the entry disarmed (the backend takes back a delete whose wake-up
+    /// was refused, disarmed). `false` withdraws a refusal not used yet.
+    pub fn refuse_next(&mut self, refuse: bool) {
+        self.refuse = refuse;
     }
 
     /// The semantics this model has.
@@ -787,6 +806,18 @@ fn classify(e: Errno, semantics: Semantics) -> KernelError {
 impl RegKernel<'_> {
     fn run(&mut self, command: Command) -> Result<(), KernelError> {
         let sem = self.model.semantics;
+        if std::mem::take(&mut self.model.refuse) {
+            if command == Command::Delete && sem.family() == Family::Poll {
+                if let Some(e) = self.model.pollset.get_mut(&self.slot) {
+                    e.armed = None;
+                }
+            }
+            self.model.log.push(CommandRecord {
+                command,
+                error: Some(Errno::NoMem),
+            });
+            return Err(classify(Errno::NoMem, sem));
+        }
         let r = match sem.family() {
             Family::Epoll => self.epoll(command),
             Family::Kqueue => {
@@ -833,6 +864,53 @@ impl Kernel for RegKernel<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `refuse_next`: the next command alone is refused with ENOMEM and changes
+    /// nothing in the kernel, but a poll(2) delete, which leaves the entry
+    /// disarmed; a refusal withdrawn refuses nothing.
+    #[test]
+    fn a_refusal_refuses_the_next_command_alone_and_changes_nothing() {
+        const O: Origin = Origin {
+            owner: 1,
+            arming: 1,
+        };
+        for sem in Semantics::ALL {
+            let mut m = Model::new(sem);
+            let fd = m.open(true);
+            m.kernel(fd, 0, 0, O).add(Interest::READABLE, 1).unwrap();
+            m.take_commands();
+            let before = m.view(fd, 0);
+            for cmd in [Command::Modify(Interest::WRITABLE, 2), Command::Quiet(2)] {
+                m.refuse_next(true);
+                let mut k = m.kernel(fd, 0, 0, O);
+                let r = match cmd {
+                    Command::Modify(i, g) => k.modify(i, g),
+                    _ => k.quiet(2),
+                };
+                assert!(
+                    matches!(r, Err(KernelError::Other(ref e)) if e.raw_os_error() == Some(libc::ENOMEM)),
+                    "{sem:?} {cmd:?}: {r:?}"
+                );
+                assert_eq!(m.view(fd, 0), before, "{sem:?} {cmd:?}");
+                let log = m.take_commands();
+                assert_eq!(log.len(), 1, "{sem:?}");
+                assert_eq!(log[0].error, Some(Errno::NoMem), "{sem:?}");
+            }
+            m.refuse_next(true);
+            assert!(m.kernel(fd, 0, 0, O).delete().is_err(), "{sem:?}");
+            let kept = m.view(fd, 0);
+            assert!(kept.present, "{sem:?}: a refused delete keeps the entry");
+            if sem == Semantics::Poll {
+                assert_eq!(kept.armed, None, "poll(2): taken back disarmed");
+            } else {
+                assert_eq!(kept, before, "{sem:?}");
+            }
+            m.refuse_next(true);
+            m.refuse_next(false);
+            m.kernel(fd, 0, 0, O).delete().unwrap();
+            assert!(!m.view(fd, 0).present, "{sem:?}: the retry deletes");
+        }
+    }
 
     #[test]
     fn lowest_free_number_is_reused() {

@@ -800,6 +800,48 @@ pub fn errno_reused_by_dev_null_is_always_ready_not_an_error<B: Backend>() {
     p.deregister(t).unwrap();
 }
 
+/// The same refusal on a deregistration: a registration whose socket is closed
+/// (idle in the kernel, or armed) and whose number now names `/dev/null` or a
+/// regular file. Deregistering it is not an error and frees it: nothing of the
+/// registration can be under a number the kernel cannot poll (epoll's DEL
+/// answers EPERM there, before it looks the entry up, as its MOD does; the closed
+/// socket's entry left with its last reference). On the old code epoll's
+/// deregister answered EPERM and kept the registration, and every retry
+/// answered EPERM again: it could never be removed.
+pub fn errno_reused_by_dev_null_deregister_is_not_an_error<B: Backend>() {
+    let p = poller::<B>();
+    for (armed, file) in [(false, false), (true, false), (false, true), (true, true)] {
+        let case = format!("armed {armed}, regular file {file}");
+        let (mut peer, sock) = socketpair();
+        let mut fd = OwnedFd::from(sock);
+        let t = p.register(&fd).unwrap();
+        p.arm(t, Interest::READABLE).unwrap();
+        if !armed {
+            peer.write_all(b"x").unwrap();
+            expect_one(&p, t); // idle in the kernel now
+        }
+        if file {
+            reuse_number(regular_file(), &mut fd);
+        } else {
+            reuse_number(dev_null(), &mut fd); // the socket's last reference closes
+        }
+        p.deregister(t)
+            .unwrap_or_else(|e| panic!("{case}: EPERM on a deregister is not an error: {e:?}"));
+        assert!(p.is_empty(), "{case}: the registration is gone");
+        assert_eq!(
+            err_kind(p.deregister(t)),
+            io::ErrorKind::NotFound,
+            "{case}: deregistered once"
+        );
+        assert_no_events(&p, 2, Duration::from_millis(2));
+        // The number, registered again, is the new descriptor's (always ready).
+        let again = p.register(&fd).unwrap();
+        p.arm(again, Interest::READABLE).unwrap();
+        assert!(expect_one(&p, again).is_readable(), "{case}");
+        p.deregister(again).unwrap();
+    }
+}
+
 /// A deregistered token: arm, disarm and deregister are `NotFound`; so is a second
 /// deregister, and the poller keeps working for other registrations.
 pub fn bad_deregistered_token<B: Backend, D: Fd>() {

@@ -60,6 +60,7 @@ macro_rules! suite {
             kind_dev_null,
             descriptor_numbers_up_to_the_token_limit,
             errno_reused_by_dev_null_is_always_ready_not_an_error,
+            errno_reused_by_dev_null_deregister_is_not_an_error,
             synthetic_stale_entries_take_no_room,
             synthetic_events_do_not_starve_kernel_events,
         ]);
