@@ -590,12 +590,8 @@ mod tests {
                 Some(Ans::Exists) => Err(KernelError::Exists),
                 Some(Ans::NotPollable) => Err(KernelError::NotPollable),
                 Some(Ans::BadFd) => Err(KernelError::BadFd),
-                Some(Ans::Other) => Err(KernelError::Other(io::Error::from_raw_os_error(
-                    libc::ENOMEM,
-                ))),
-                Some(Ans::Invalid) => Err(KernelError::Other(io::Error::from_raw_os_error(
-                    libc::EINVAL,
-                ))),
+                Some(Ans::Other) => Err(KernelError::Other(out_of_memory())),
+                Some(Ans::Invalid) => Err(KernelError::Other(io::ErrorKind::InvalidInput.into())),
             }
         }
     }
@@ -963,9 +959,22 @@ mod tests {
         assert_eq!((s.phase(), s.generation()), (Phase::Fresh, 3));
     }
 
+    /// The kernel's "out of memory" as a backend passes it on: ENOMEM on Unix,
+    /// `ERROR_NOT_ENOUGH_MEMORY` on Windows.
+    fn out_of_memory() -> io::Error {
+        #[cfg(unix)]
+        let errno = libc::ENOMEM;
+        #[cfg(windows)]
+        let errno = 8; // ERROR_NOT_ENOUGH_MEMORY
+        io::Error::from_raw_os_error(errno)
+    }
+
     #[test]
     fn transient_refusals_are_those_of_resources() {
+        assert!(KernelError::Other(out_of_memory()).is_transient());
+        #[cfg(unix)]
         let other = |errno| KernelError::Other(io::Error::from_raw_os_error(errno));
+        #[cfg(unix)]
         for errno in [
             libc::ENOMEM,
             libc::ENOSPC,
@@ -975,6 +984,7 @@ mod tests {
         ] {
             assert!(other(errno).is_transient(), "errno {errno}");
         }
+        #[cfg(unix)]
         for errno in [libc::EINVAL, libc::ELOOP, libc::EPERM, libc::EBADF] {
             assert!(!other(errno).is_transient(), "errno {errno}");
         }
