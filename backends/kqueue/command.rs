@@ -239,6 +239,11 @@ impl Kqueue {
                 }
                 match (r.change.action, errno) {
                     (_, 0) | (Action::Delete, libc::ENOENT | libc::EBADF) => continue,
+                    // A delete through a number that now names a description
+                    // kqueue cannot poll: nothing of this registration can be
+                    // under it (a BSD kernel answers ENOENT; libkqueue passes
+                    // on epoll's EPERM for a regular file or /dev/null).
+                    (Action::Delete, e) if sys::NOT_POLLABLE.contains(&e) => continue,
                     (Action::Enable | Action::Add, libc::ENOENT) => {
                         verdict.lost = verdict.lost.with(f)
                     }
