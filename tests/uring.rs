@@ -77,32 +77,38 @@ mod uring_only {
         }
     }
 
-    /// Registrations churned on a ring that `pollers` threads poll with a zero
-    /// timeout: one thread loops over a fresh socket pair, `register`, `arm`,
-    /// `yield_now`, `deregister`, `CHURN` times a trial or for `CHURN_FOR`,
-    /// whichever ends first (a bound on the test's length, not an assertion).
-    /// Returns how many of `trials` trials made no progress for 10 s (a
-    /// watchdog: the churn thread stuck in a `deregister`). A stuck trial is
-    /// freed by notifies, so the next one runs.
-    fn churn_beside_zero_timeout_pollers(pollers: usize, trials: usize) -> usize {
+    /// Registrations churned on a ring that threads poll, one a timeout of
+    /// `timeouts` (`None`: no limit): one thread loops over a fresh socket pair,
+    /// `register`, `arm`, `yield_now`, `deregister` (and a `notify` after each
+    /// where `notify_each`), `CHURN` times a trial or for `churn_for`, whichever
+    /// ends first (a bound on the test's length, not an assertion). Returns how
+    /// many of `trials` trials made no progress for 10 s (a watchdog: the churn
+    /// thread stuck in a `deregister`). A stuck trial is freed by notifies, so
+    /// the next one runs.
+    fn churn_beside_pollers(
+        timeouts: &[Option<Duration>],
+        notify_each: bool,
+        churn_for: Duration,
+        trials: usize,
+    ) -> usize {
         use std::os::unix::net::UnixStream;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
         const CHURN: u64 = 1_000;
-        const CHURN_FOR: Duration = Duration::from_millis(300);
         const STUCK: Duration = Duration::from_secs(10);
         let mut hung = 0;
         for _ in 0..trials {
             let p = Arc::new(poller::<Uring>());
             let stop = Arc::new(AtomicBool::new(false));
             let done = Arc::new(AtomicU64::new(0));
-            let polling: Vec<_> = (0..pollers)
-                .map(|_| {
+            let polling: Vec<_> = timeouts
+                .iter()
+                .map(|&timeout| {
                     let (p, stop) = (Arc::clone(&p), Arc::clone(&stop));
                     std::thread::spawn(move || {
                         let mut events = Events::with_capacity(8);
                         while !stop.load(Ordering::Relaxed) {
-                            match p.deliver(&mut events, Some(Duration::ZERO)) {
+                            match p.deliver(&mut events, timeout) {
                                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                                 r => {
                                     r.expect("deliver");
@@ -117,7 +123,7 @@ mod uring_only {
                 std::thread::spawn(move || {
                     let start = Instant::now();
                     for _ in 0..CHURN {
-                        if start.elapsed() > CHURN_FOR {
+                        if start.elapsed() > churn_for {
                             break;
                         }
                         let (_a, b) = UnixStream::pair().unwrap();
@@ -125,6 +131,9 @@ mod uring_only {
                         p.arm(t, Interest::READABLE).unwrap();
                         std::thread::yield_now();
                         p.deregister(t).unwrap();
+                        if notify_each {
+                            p.notify().unwrap();
+                        }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                 })
@@ -143,13 +152,19 @@ mod uring_only {
                     p.notify().unwrap();
                     assert!(
                         since.elapsed() < STUCK * 2,
-                        "{pollers} pollers: a deregister still stuck after notifies"
+                        "pollers {timeouts:?}: a deregister still stuck after notifies"
                     );
                 }
             }
             hung += usize::from(stuck);
             churn.join().expect("churn");
             stop.store(true, Ordering::Relaxed);
+            // A poller without a time limit ends at a notify (counted: one
+            // each, until every poller has seen the stop).
+            while !polling.iter().all(|t| t.is_finished()) {
+                p.notify().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
             for t in polling {
                 t.join().expect("poller");
             }
@@ -164,14 +179,45 @@ mod uring_only {
     /// the kernel until something else completed. 20 trials per shape.
     #[test]
     fn deregister_beside_zero_timeout_pollers_returns() {
+        let zero = Some(Duration::ZERO);
+        let churn_for = Duration::from_millis(300);
         let hung: Vec<usize> = (1..=3)
-            .map(|pollers| churn_beside_zero_timeout_pollers(pollers, 20))
+            .map(|pollers| churn_beside_pollers(&vec![zero; pollers], false, churn_for, 20))
             .collect();
         assert_eq!(
             hung,
             [0, 0, 0],
             "trials of 20 hung, with 1, 2 and 3 zero-timeout pollers"
         );
+    }
+
+    /// The same churn beside pollers of every other kind: a short timeout, a
+    /// very short one, none (with and without a notify after each deregister),
+    /// and a zero timeout beside a blocking or a short one. 20 trials a shape,
+    /// none may hang.
+    #[test]
+    fn deregister_beside_blocking_and_short_timeout_pollers_returns() {
+        let (zero, us, ms) = (
+            Some(Duration::ZERO),
+            Some(Duration::from_micros(1)),
+            Some(Duration::from_millis(1)),
+        );
+        let shapes: [(&[Option<Duration>], bool); 6] = [
+            (&[ms, ms], false),
+            (&[us, us], false),
+            (&[None, None], false),
+            (&[None, None], true),
+            (&[zero, None], false),
+            (&[zero, ms], false),
+        ];
+        let churn_for = Duration::from_millis(100);
+        let hung: Vec<usize> = shapes
+            .iter()
+            .map(|&(timeouts, notify_each)| {
+                churn_beside_pollers(timeouts, notify_each, churn_for, 20)
+            })
+            .collect();
+        assert_eq!(hung, [0; 6], "trials of 20 hung, per shape {:?}", shapes);
     }
 
     /// A thread arms a pipe, submits the request with a deliver of its own and
