@@ -63,7 +63,8 @@ impl Ring {
             let mut guard = self.lock();
             let g = &mut *guard;
             let req = self.reqs.get_or_grow(tag.slot);
-            if req.word.load(Ordering::Acquire) & ODD != 0 {
+            let w = req.word.load(Ordering::Acquire);
+            if w & ODD != 0 {
                 self.arm_odd(g, req, fd, tag, user_data, events, rearm)?
             } else {
                 // The common case: a poll request, where none or one is pending.
@@ -76,7 +77,7 @@ impl Ring {
                     0
                 };
                 let now = u64::from(tag.generation) << 32 | PENDING | reads;
-                let before = swap_in(req, now);
+                let before = swap_in(req, w, now);
                 req.fd.store(fd, Ordering::Relaxed);
                 req.events.store(events, Ordering::Relaxed);
                 if let Err(e) = self.push_arm(g, tag.slot, before, fd, events, user_data) {
@@ -272,10 +273,19 @@ impl Ring {
 }
 
 /// Makes `now` (a generation and flags) the slot's word, with one more request
-/// counted in flight. Returns the word before.
+/// counted in flight; `w` is the word as the caller read it, under the mutex.
+/// Returns the word before.
+///
+/// With nothing of the slot in flight (the common re-arm after a delivery),
+/// nobody else writes the word: the leader writes it only as it takes a
+/// completion of the slot's, and every other writer holds the mutex. So a
+/// plain store does.
 #[inline(always)]
-fn swap_in(req: &Req, now: u64) -> u64 {
-    let mut w = req.word.load(Ordering::Acquire);
+fn swap_in(req: &Req, mut w: u64, now: u64) -> u64 {
+    if inflight(w) == 0 {
+        req.word.store(now + ONE, Ordering::Release);
+        return w;
+    }
     loop {
         match req.word.compare_exchange_weak(
             w,
