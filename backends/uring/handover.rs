@@ -294,6 +294,21 @@ impl Handover {
     /// may end a later leader's enter early: harmless).
     #[inline(always)]
     fn give_back(&self) {
+        // The common case, nothing else in the word: one compare-and-swap
+        // whose answer needs no test.
+        if self
+            .word
+            .compare_exchange(LEADER, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            self.give_back_other();
+        }
+    }
+
+    /// [`give_back`](Self::give_back) with more than [`LEADER`] in the word.
+    #[cold]
+    #[inline(never)]
+    fn give_back_other(&self) {
         let before = self.word.fetch_and(!(LEADER | KICKED), Ordering::AcqRel);
         if before & (FOLLOWERS | DEPARTINGS) != 0 {
             self.handed(before);
