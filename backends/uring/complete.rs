@@ -70,37 +70,44 @@ impl Ring {
     /// nobody else moves the queue's head meanwhile.
     #[inline(always)]
     pub(super) fn reap<S: EventSink>(&self, sink: &mut S, room: usize) -> io::Result<usize> {
-        let mut taken = 0;
         // SAFETY: the leader's only: no other completion queue handle exists
-        // while it holds the ring. Dropped (its head synced) at the end of the
-        // block, on every path.
+        // while it holds the ring. Dropped (its head synced) before returning,
+        // on every path.
         let mut cq = unsafe { self.ring.completion_shared() };
-        if cq.is_empty() {
+        let posted = cq.len();
+        if posted == 0 {
             // Nothing taken: no head to write back (the drop would store it).
             std::mem::forget(cq);
             return Ok(0);
         }
-        let mut n = 0u64;
-        let mut r = Ok(());
+        let mut taken = 0;
         while taken < room {
             let Some(cqe) = cq.next() else { break };
-            n += 1;
             match self.take_common(&cqe, sink) {
                 Taken::Event => taken += 1,
                 Taken::Nothing => {}
                 Taken::Rare => match self.take_rare(&cqe, sink, room - taken) {
                     Ok(k) => taken += k,
                     Err(e) => {
-                        r = Err(e);
-                        break;
+                        self.count_reaped(posted - cq.len());
+                        drop(cq);
+                        return Err(e);
                     }
                 },
             }
         }
+        self.count_reaped(posted - cq.len());
         drop(cq);
-        self.reaped
-            .store(self.reaped.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-        r.map(|()| taken)
+        Ok(taken)
+    }
+
+    /// Counts `n` more completions taken (the leader's only).
+    #[inline(always)]
+    fn count_reaped(&self, n: usize) {
+        self.reaped.store(
+            self.reaped.load(Ordering::Relaxed) + n as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// The common completion of a slot's request, against the slot's word
