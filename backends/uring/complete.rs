@@ -5,7 +5,7 @@
 //! needs more than its word (an error, `POLLERR`, a half-closed socket's).
 
 use super::ring::{fd_ref, waker_poll, Odd, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
-use super::slots::{self, ODD, ONE, PENDING, READS};
+use super::slots::{self, Req, GENERATION, ODD, ONE, PENDING, READS};
 use crate::backend::{EventSink, RawEvent};
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -111,20 +111,54 @@ impl Ring {
     }
 
     /// The common completion of a slot's request, against the slot's word
-    /// alone: the current request, fired with readiness its arming asks for,
-    /// is delivered to `sink`; a request that is not the current one (removed,
-    /// re-armed, deregistered) is stale. Either is one request fewer in flight.
-    /// Anything else (no slot's, an error, a cancelled current request, a slot
-    /// with rare state) is [`Taken::Rare`], for the mutex.
+    /// alone: the current request of an arming that reads, nothing rare kept
+    /// for the slot, fired with `POLLIN`, `POLLPRI` or `POLLOUT` alone, is
+    /// delivered to `sink` with one compare of the word; anything else goes to
+    /// [`take_other`](Self::take_other).
     #[inline(always)]
     fn take_common<S: EventSink>(&self, cqe: &cqueue::Entry, sink: &mut S) -> Taken {
         let user_data = cqe.user_data();
-        let (slot, generation) = unpack64(user_data);
+        let slot = user_data as u32;
         // The waker's, the removes' and the private epoll's (slot `u32::MAX`)
         // have no record.
         let Some(req) = self.reqs.get(slot) else {
             return Taken::Rare;
         };
+        let bits = cqe.result() as u32;
+        // The word of the request's arming while it is pending: its
+        // generation (the high half of `user_data`), PENDING and READS, no ODD.
+        let current = (user_data & GENERATION) | PENDING | READS;
+        let w = req.word.load(Ordering::Acquire);
+        // A negative result is above PLAIN as unsigned, and so is POLLERR.
+        if (w ^ current) & (GENERATION | PENDING | READS | ODD) == 0 && bits <= PLAIN {
+            // Delivered: no request of the arming is pending any more (the
+            // word has PENDING, so clearing it is a subtraction).
+            if req
+                .word
+                .compare_exchange(w, w - PENDING - ONE, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                sink.event(RawEvent {
+                    slot,
+                    stamp: (user_data >> 32) as u32,
+                    readiness: PLAIN_READINESS[(bits & PLAIN) as usize],
+                });
+                return Taken::Event;
+            }
+        }
+        self.take_other(req, cqe, sink)
+    }
+
+    /// A slot's completion that [`take_common`](Self::take_common) did not
+    /// take at once, still against the slot's word alone: the current request,
+    /// fired with readiness its arming asks for, is delivered to `sink`; a
+    /// request that is not the current one (removed, re-armed, deregistered)
+    /// is stale. Either is one request fewer in flight. Anything else (an
+    /// error, a cancelled current request, a slot with rare state) is
+    /// [`Taken::Rare`], for the mutex.
+    #[inline(never)]
+    fn take_other<S: EventSink>(&self, req: &Req, cqe: &cqueue::Entry, sink: &mut S) -> Taken {
+        let (slot, generation) = unpack64(cqe.user_data());
         let res = cqe.result();
         let bits = res as u32;
         let mut w = req.word.load(Ordering::Acquire);
