@@ -45,6 +45,16 @@ pub(super) const FAILED: Readiness = Readiness::ERROR
     .union(Readiness::READABLE)
     .union(Readiness::WRITABLE);
 
+/// What [`Ring::take_other`] made of a completion.
+enum Other {
+    /// The current request's event.
+    Event(RawEvent),
+    /// A stale completion, counted.
+    Stale,
+    /// For [`Ring::take_rare`].
+    Rare,
+}
+
 /// What [`Ring::take_common`] did with a completion.
 enum Taken {
     /// An event went to the sink.
@@ -86,8 +96,13 @@ impl Ring {
             match self.take_common(&cqe, sink) {
                 Taken::Event => taken += 1,
                 Taken::Nothing => {}
-                Taken::Rare => match self.take_rare(&cqe, sink, room - taken) {
-                    Ok(k) => taken += k,
+                Taken::Rare => match self.take_rare(&cqe, room - taken) {
+                    Ok(out) => {
+                        taken += out.len();
+                        for ev in out {
+                            sink.event(ev);
+                        }
+                    }
                     Err(e) => {
                         self.count_reaped(posted - cq.len());
                         drop(cq);
@@ -146,18 +161,26 @@ impl Ring {
                 return Taken::Event;
             }
         }
-        self.take_other(req, cqe, sink)
+        match self.take_other(req, cqe) {
+            Other::Event(ev) => {
+                sink.event(ev);
+                Taken::Event
+            }
+            Other::Stale => Taken::Nothing,
+            Other::Rare => Taken::Rare,
+        }
     }
 
     /// A slot's completion that [`take_common`](Self::take_common) did not
     /// take at once, still against the slot's word alone: the current request,
-    /// fired with readiness its arming asks for, is delivered to `sink`; a
-    /// request that is not the current one (removed, re-armed, deregistered)
-    /// is stale. Either is one request fewer in flight. Anything else (an
-    /// error, a cancelled current request, a slot with rare state) is
-    /// [`Taken::Rare`], for the mutex.
+    /// fired with readiness its arming asks for, is an event; a request that is
+    /// not the current one (removed, re-armed, deregistered) is stale. Either
+    /// is one request fewer in flight. Anything else (an error, a cancelled
+    /// current request, a slot with rare state) is [`Other::Rare`], for the
+    /// mutex. (Out of line, it is handed no sink: one that a call out of line
+    /// is handed must live in memory, also on the common path.)
     #[inline(never)]
-    fn take_other<S: EventSink>(&self, req: &Req, cqe: &cqueue::Entry, sink: &mut S) -> Taken {
+    fn take_other(&self, req: &Req, cqe: &cqueue::Entry) -> Other {
         let (slot, generation) = unpack64(cqe.user_data());
         let res = cqe.result();
         let bits = res as u32;
@@ -168,14 +191,14 @@ impl Ring {
                 // processed, the remove's answer, or for a freed slot.
                 req.word.fetch_sub(ONE, Ordering::AcqRel);
                 self.counters.one(Count::Stale);
-                return Taken::Nothing;
+                return Other::Stale;
             }
             if w & ODD != 0
                 || res < 0
                 || bits & libc::POLLERR as u32 != 0
                 || (w & READS == 0 && bits & ANSWERED == 0)
             {
-                return Taken::Rare;
+                return Other::Rare;
             }
             // Delivered: no request of the arming is pending any more.
             match req.word.compare_exchange_weak(
@@ -188,7 +211,7 @@ impl Ring {
                 Err(now) => w = now,
             }
         }
-        sink.event(RawEvent {
+        Other::Event(RawEvent {
             slot,
             stamp: generation,
             readiness: if bits & !PLAIN == 0 {
@@ -196,23 +219,17 @@ impl Ring {
             } else {
                 Readiness::from_epoll(bits)
             },
-        });
-        Taken::Event
+        })
     }
 
     /// A completion [`take_common`](Self::take_common) left, routed under the
-    /// mutex; the entry it answers is queued, and its events (at most `room`)
-    /// handed to `sink` once the mutex is released (the sink takes the table's
-    /// slot locks, which an arm holds while it takes the mutex). Returns how
-    /// many.
+    /// mutex; the entry it answers is queued. Returns its events (at most
+    /// `room`), for the caller to hand to its sink once the mutex is released
+    /// (the sink takes the table's slot locks, which an arm holds while it
+    /// takes the mutex).
     #[cold]
     #[inline(never)]
-    fn take_rare<S: EventSink>(
-        &self,
-        cqe: &cqueue::Entry,
-        sink: &mut S,
-        room: usize,
-    ) -> io::Result<usize> {
+    fn take_rare(&self, cqe: &cqueue::Entry, room: usize) -> io::Result<Vec<RawEvent>> {
         let mut out = Vec::new();
         {
             let mut g = self.lock();
@@ -229,11 +246,7 @@ impl Ring {
                 }
             }
         }
-        let n = out.len();
-        for ev in out {
-            sink.event(ev);
-        }
-        Ok(n)
+        Ok(out)
     }
 
     /// One completion, under the mutex, with room for `room` events in `out`.

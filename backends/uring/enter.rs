@@ -23,16 +23,17 @@ impl Ring {
     pub(super) fn wait<S: EventSink>(
         &self,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         if timeout.is_none() {
             // No deadline: nothing to count down.
-            return self.handover.wait(self, sink, max.max(1), || None);
+            return self.handover.wait(self, sink, scratch, max.max(1), || None);
         }
         let deadline = Countdown::new(timeout);
         self.handover
-            .wait(self, sink, max.max(1), || deadline.left())
+            .wait(self, sink, scratch, max.max(1), || deadline.left())
     }
 
     /// The binary waker (see the module docs of `handover.rs`).

@@ -61,7 +61,7 @@
 //! (`src/loom_tests/handover.rs`) run it on a modelled completion queue whose
 //! waits behave as `io_cqring_wait` does, under every interleaving.
 
-use crate::backend::EventSink;
+use crate::backend::{EventSink, RawEvent};
 use std::io;
 use std::time::Duration;
 
@@ -354,11 +354,17 @@ impl Handover {
     /// The wait: see the module docs. `left` says the time left of the call's
     /// timeout at each turn (`None`: no limit). Hands at most `room` events to
     /// `sink` (at least 1); returns whether it took a wake-up.
+    ///
+    /// The common paths are inline and hand events to `sink` as they are
+    /// taken; the others, out of line, put them in `scratch` (cleared first),
+    /// handed to `sink` when they return. A sink handed to a call out of line
+    /// would have to live in memory on every path.
     #[inline(always)]
     pub(crate) fn wait<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         room: usize,
         left: impl Fn() -> Option<Duration>,
     ) -> io::Result<bool> {
@@ -370,14 +376,16 @@ impl Handover {
             .is_ok()
         {
             return match ring.reap(self, sink, room) {
-                Ok(0) => self.wait_led(ring, sink, room, left),
+                Ok(0) => self.wait_led(ring, sink, scratch, room, left),
                 r => {
                     self.give_back();
                     r.map(|_| false)
                 }
             };
         }
-        self.wait_on(ring, sink, room, left, 0)
+        scratch.clear();
+        let r = self.wait_on(ring, scratch, room, left, 0);
+        handed(sink, scratch, r)
     }
 
     /// [`wait`](Self::wait) with no limit, holding the ring, after a reap
@@ -388,6 +396,7 @@ impl Handover {
         &self,
         ring: &R,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         room: usize,
         left: impl Fn() -> Option<Duration>,
     ) -> io::Result<bool> {
@@ -401,11 +410,15 @@ impl Handover {
                     return Ok(false);
                 }
                 after => {
-                    return self.wait_entered(ring, sink, room, left, reaped, entered, after);
+                    scratch.clear();
+                    let r = self.wait_entered(ring, scratch, room, left, reaped, entered, after);
+                    return handed(sink, scratch, r);
                 }
             }
         }
-        self.wait_leading(ring, sink, room, left, remaining)
+        scratch.clear();
+        let r = self.wait_leading(ring, scratch, room, left, remaining);
+        handed(sink, scratch, r)
     }
 
     /// [`wait_led`](Self::wait_led) after an enter that did not end with
@@ -776,6 +789,20 @@ impl Handover {
         self.handoff.expire();
         self.departed.expire();
     }
+}
+
+/// Hands what a slow path of [`Handover::wait`] put in `scratch` to `sink`,
+/// and returns its answer.
+#[inline(always)]
+fn handed<S: EventSink>(
+    sink: &mut S,
+    scratch: &mut Vec<RawEvent>,
+    r: io::Result<bool>,
+) -> io::Result<bool> {
+    for ev in scratch.drain(..) {
+        sink.event(ev);
+    }
+    r
 }
 
 /// Who a wake-up goes to ([`Handover::route`]).

@@ -361,21 +361,22 @@ impl Driver for Uring {
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        self.ring.wait(out, max, timeout)
+        self.ring.wait(out, &mut Vec::new(), max, timeout)
     }
 
     /// Each event straight from the completion queue: the leader takes
     /// completions without the ring's mutex (`handover.rs`), so the poller's
-    /// table check runs as they are taken, with no copy through `scratch`.
+    /// table check runs as they are taken, with no copy through `scratch` on
+    /// the common paths (the hand-over's rare ones go through it).
     #[inline(always)]
     fn wait_each(
         &self,
-        _scratch: &mut Vec<RawEvent>,
+        scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
         each: &mut impl EventSink,
     ) -> io::Result<bool> {
-        self.ring.wait(each, max, timeout)
+        self.ring.wait(each, scratch, max, timeout)
     }
 
     fn wake(&self) -> io::Result<()> {

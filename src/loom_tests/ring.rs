@@ -199,9 +199,10 @@ impl ModelRing {
             t => t,
         };
         let mut out: Vec<RawEvent> = Vec::new();
+        let mut scratch = Vec::new();
         let woken = self
             .handover
-            .wait(self, &mut out, max, left)
+            .wait(self, &mut out, &mut scratch, max, left)
             .expect("the model kernel never fails");
         assert!(out.len() <= max);
         (out.iter().map(|e| e.slot).collect(), woken)
