@@ -50,11 +50,20 @@
 //!   its reap may have taken the eventfd's completion ([`Handover::unkick`]),
 //!   and a wake-up that found that write on its way wrote nothing more;
 //! - events that a departing leader took for other registrations are *parked*
-//!   ([`PARKED`]) for the next wait, which a follower woken by the hand-over is.
+//!   ([`PARKED`]) for the next wait, which a follower woken by the hand-over is;
+//! - a *push* to the submission queue (an arm, a remove, a request queued
+//!   again) holds the queue's lock, a bit of the same word ([`QUEUE`],
+//!   [`Handover::lock_queue`]), and so does the leader as it reads the queue's
+//!   length for its enter. Released with one read-modify-write, the lock
+//!   answers with the word: a pusher that finds [`LEADER`] there submits what
+//!   it pushed itself (the leader may be in the kernel, and would not see it
+//!   until it returns); one that does not released the lock before the next
+//!   leader took it, which then counts the push in its enter.
 //!
 //! What this costs where nothing contends: taking and giving back the ring, two
-//! read-modify-writes of one word per wait. A follower and a departing
-//! deregister each cost a futex wake when the ring is given back.
+//! read-modify-writes of one word per wait; taking and releasing the queue's
+//! lock, two more per push (an arm) and per entering wait. A follower and a
+//! departing deregister each cost a futex wake when the ring is given back.
 //!
 //! The protocol is the code below, generic over what it asks of a ring
 //! ([`RingOps`]): the io_uring backend runs it on its ring, and the loom models
@@ -79,6 +88,13 @@ pub(crate) const WOKEN: u64 = 1 << 1;
 pub(crate) const KICKED: u64 = 1 << 2;
 /// Events a departing leader took for others wait to be delivered.
 pub(crate) const PARKED: u64 = 1 << 3;
+/// The submission queue's lock, which also guards the ring's rare state
+/// ([`lock_queue`](Handover::lock_queue)).
+pub(crate) const QUEUE: u64 = 1 << 4;
+/// Threads sleep on `queue_free` for [`QUEUE`].
+const QUEUE_WAITERS: u64 = 1 << 5;
+/// Looks at a held [`QUEUE`] before sleeping for it.
+const QUEUE_SPINS: usize = if cfg!(all(loom, test)) { 0 } else { 100 };
 /// One follower (bits 8 to 31).
 const FOLLOWER: u64 = 1 << 8;
 const FOLLOWERS: u64 = ((1 << 24) - 1) * FOLLOWER;
@@ -234,6 +250,9 @@ pub(crate) struct Handover {
     /// Departing deregisters sleep here; bumped, with one counted, when the
     /// ring is given back and when its leader enters the kernel again.
     departed: Futex,
+    /// Threads waiting for [`QUEUE`] sleep here; bumped when it is released
+    /// with [`QUEUE_WAITERS`] set.
+    queue_free: Futex,
 }
 
 /// What a leader's turn came to ([`Handover::lead`]).
@@ -251,6 +270,7 @@ impl Handover {
             word: AtomicU64::new(0),
             handoff: Futex(AtomicU32::new(0)),
             departed: Futex(AtomicU32::new(0)),
+            queue_free: Futex(AtomicU32::new(0)),
         }
     }
 
@@ -259,17 +279,16 @@ impl Handover {
         Handover::default()
     }
 
-    /// The word now (tests, and a ring deciding whether to submit for a leader).
+    /// The word now.
     #[inline(always)]
     pub(crate) fn word(&self) -> u64 {
         self.word.load(Ordering::Acquire)
     }
 
-    /// Whether a thread holds the ring (and may be in the kernel: an arm queued
-    /// now would not be seen by its enter).
-    #[inline(always)]
-    pub(crate) fn led(&self) -> bool {
-        self.word() & LEADER != 0
+    /// Takes the ring, free as a test expects it.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn take_for_test(&self) {
+        self.take().expect("the ring is free");
     }
 
     /// Takes the ring if it is free. Returns the word as the take found it (its
@@ -349,6 +368,66 @@ impl Handover {
     /// The parked events are all taken (under the ring's own lock).
     pub(crate) fn unpark(&self) {
         self.word.fetch_and(!PARKED, Ordering::AcqRel);
+    }
+
+    /// Takes the submission queue's lock ([`QUEUE`]): one atomic OR where it
+    /// is free; else a short spin, then a futex sleep.
+    #[inline(always)]
+    pub(crate) fn lock_queue(&self) {
+        if self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE != 0 {
+            self.lock_queue_contended();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_queue_contended(&self) {
+        loop {
+            // A short spin first: no system call made under this lock waits,
+            // so it is usually released soon. (None in the loom models: a spin
+            // only multiplies their interleavings.)
+            for _ in 0..QUEUE_SPINS {
+                if self.word.load(Ordering::Relaxed) & QUEUE == 0
+                    && self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE == 0
+                {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            // Read before saying so: a release after that moves it on.
+            let seen = self.queue_free.load();
+            if self
+                .change(|w| (w & QUEUE != 0).then_some(w | QUEUE_WAITERS))
+                .is_ok()
+            {
+                // EINTR and a spurious return: look again.
+                let _ = self.queue_free.wait(seen, None);
+            }
+            if self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Releases the submission queue's lock, waking every thread asleep for
+    /// it. Returns the word before: its [`LEADER`] says whether a thread holds
+    /// the ring (and may be in the kernel, not seeing what was pushed).
+    #[inline(always)]
+    pub(crate) fn unlock_queue(&self) -> u64 {
+        let before = self.word.fetch_sub(QUEUE, Ordering::AcqRel);
+        if before & QUEUE_WAITERS != 0 {
+            self.wake_queue_waiters();
+        }
+        before
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_queue_waiters(&self) {
+        // Cleared before the bump: a thread that says it sleeps after this
+        // read the futex word before the bump, so its sleep ends at once.
+        self.word.fetch_and(!QUEUE_WAITERS, Ordering::AcqRel);
+        self.queue_free.bump_wake(u32::MAX);
     }
 
     /// The wait: see the module docs. `left` says the time left of the call's

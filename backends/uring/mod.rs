@@ -12,7 +12,8 @@
 //!   waker's multishot poll) and the one push into the submission queue;
 //! - `slots.rs`: each slot's request record, one word the leader takes the common
 //!   completion against without the mutex, in pages allocated on first use;
-//! - `lock.rs`: the mutex over that state, a futex word without poisoning;
+//! - `lock.rs`: the mutex over that state, without poisoning: a bit of the
+//!   hand-over's word, whose release also says whether the ring is held;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
 //!   submitted at once where another thread holds the ring (it may be in the
 //!   kernel);

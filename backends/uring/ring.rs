@@ -266,7 +266,7 @@ impl Ring {
     pub(super) fn lock(&self) -> Guard<'_, Shared> {
         // Every field is plain data updated in single assignments: a panic elsewhere
         // cannot leave it half-written, so the lock has no poisoning (`lock.rs`).
-        self.shared.lock()
+        self.shared.lock(&self.handover)
     }
 
     /// One write to the waker eventfd, which completes its multishot poll once:

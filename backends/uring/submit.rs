@@ -10,6 +10,7 @@ use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::pack64;
+use crate::uring_handover::LEADER;
 use io_uring::{opcode, types};
 use rustix::fd::RawFd;
 use rustix::io::Errno;
@@ -65,7 +66,9 @@ impl Ring {
             let req = self.reqs.get_or_grow(tag.slot);
             let w = req.word.load(Ordering::Acquire);
             if w & ODD != 0 {
-                self.arm_odd(g, req, fd, tag, user_data, events, rearm)?
+                let queued = self.arm_odd(g, req, fd, tag, user_data, events, rearm);
+                let before = guard.unlock();
+                queued? && before & LEADER != 0
             } else {
                 // The common case: a poll request, where none or one is pending.
                 // The slot's word names it and counts it in flight before it is
@@ -84,7 +87,10 @@ impl Ring {
                     swap_back(req, before);
                     return Err(e);
                 }
-                self.handover.led()
+                // The lock's release says whether a thread holds the ring: it
+                // is ordered with the leader's own look at the queue (under the
+                // lock), so one of the two submits what was pushed.
+                guard.unlock() & LEADER != 0
             }
         };
         self.submit_for_leader(leader)
@@ -115,7 +121,7 @@ impl Ring {
     /// [`arm`](Self::arm) for a slot with state of the rare paths ([`Odd`]): a
     /// number the kernel reported closed, an arming the private epoll instance
     /// watches, a socket known half-closed, older requests queued again. Returns
-    /// whether to submit for a leader.
+    /// whether it queued a request (to submit if a thread holds the ring).
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -212,7 +218,7 @@ impl Ring {
                 },
             );
         }
-        Ok(self.handover.led())
+        Ok(true)
     }
 
     /// Removes the slot's pending request or epoll entry, if any. A disarm
@@ -266,7 +272,7 @@ impl Ring {
             if w & PENDING == 0 {
                 return Ok(());
             }
-            self.handover.led()
+            g.unlock() & LEADER != 0
         };
         self.submit_for_leader(leader)
     }
