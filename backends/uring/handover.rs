@@ -113,9 +113,11 @@ pub(crate) trait RingOps {
     /// Returns how many events went to `sink`; with none, the queue is empty.
     fn reap<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> io::Result<usize>;
 
-    /// Completions taken from the queue so far, of every kind (the waker's,
-    /// stale ones): the same before and after an enter whose reap found nothing
-    /// means nothing was posted across the enter. Called by the leader.
+    /// A count that moves whenever completions of any kind (the waker's,
+    /// stale ones) are taken from the queue (the backend counts the reaps that
+    /// found any, the model the completions): the same before and after an
+    /// enter whose reap found nothing means nothing was posted across the
+    /// enter. Called by the leader.
     fn reaped(&self) -> u64;
 
     /// Takes every completion in the queue; events for registrations are parked
