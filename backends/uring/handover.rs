@@ -484,14 +484,24 @@ impl Handover {
         let remaining = left();
         if remaining.is_none() && self.word() == LEADER {
             let reaped = ring.reaped();
-            let entered = ring.enter(None);
+            // A refused enter goes out of line at once: the common path keeps
+            // no `io::Result` of it to test and drop after the reap.
+            let submitted = match ring.enter(None) {
+                Ok(submitted) => submitted,
+                Err(e) => {
+                    scratch.clear();
+                    let r = self.wait_refused(ring, scratch, room, left, reaped, e);
+                    return handed(sink, scratch, r);
+                }
+            };
             match ring.reap(self, sink, room) {
-                Ok(taken) if taken > 0 && entered.is_ok() => {
+                Ok(taken) if taken > 0 => {
                     self.give_back();
                     return Ok(false);
                 }
                 after => {
                     scratch.clear();
+                    let entered = Ok(submitted);
                     let r = self.wait_entered(ring, scratch, room, left, reaped, entered, after);
                     return handed(sink, scratch, r);
                 }
@@ -500,6 +510,23 @@ impl Handover {
         scratch.clear();
         let r = self.wait_leading(ring, scratch, room, left, remaining);
         handed(sink, scratch, r)
+    }
+
+    /// [`wait_led`](Self::wait_led) after an enter that the kernel refused:
+    /// the reap that follows every enter, then [`wait_entered`](Self::wait_entered).
+    #[cold]
+    #[inline(never)]
+    fn wait_refused<R: RingOps, S: EventSink>(
+        &self,
+        ring: &R,
+        sink: &mut S,
+        room: usize,
+        left: impl Fn() -> Option<Duration>,
+        reaped: u64,
+        refused: io::Error,
+    ) -> io::Result<bool> {
+        let after = ring.reap(self, sink, room);
+        self.wait_entered(ring, sink, room, left, reaped, Err(refused), after)
     }
 
     /// [`wait_led`](Self::wait_led) after an enter that did not end with
