@@ -414,8 +414,6 @@ impl AsFd for Uring {
     /// epoll is not woken for a registration armed since the last `deliver` (see
     /// [`Poller`'s `AsFd`](crate::Poller#impl-AsFd-for-Poller<B>)).
     fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the ring's descriptor is open for as long as `self` (and so the
-        // borrow) lives.
-        unsafe { BorrowedFd::borrow_raw(self.ring.ring.as_raw_fd()) }
+        self.ring.ring.as_fd()
     }
 }
