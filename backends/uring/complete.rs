@@ -5,7 +5,7 @@
 //! needs more than its word (an error, `POLLERR`, a half-closed socket's).
 
 use super::ring::{fd_ref, waker_poll, Odd, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
-use super::slots::{self, ODD, ONE, PENDING, READS};
+use super::slots::{self, Req, GENERATION, ODD, ONE, PENDING, READS};
 use crate::backend::{EventSink, RawEvent};
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -45,6 +45,16 @@ pub(super) const FAILED: Readiness = Readiness::ERROR
     .union(Readiness::READABLE)
     .union(Readiness::WRITABLE);
 
+/// What [`Ring::take_other`] made of a completion.
+enum Other {
+    /// The current request's event.
+    Event(RawEvent),
+    /// A stale completion, counted.
+    Stale,
+    /// For [`Ring::take_rare`].
+    Rare,
+}
+
 /// What [`Ring::take_common`] did with a completion.
 enum Taken {
     /// An event went to the sink.
@@ -70,54 +80,110 @@ impl Ring {
     /// nobody else moves the queue's head meanwhile.
     #[inline(always)]
     pub(super) fn reap<S: EventSink>(&self, sink: &mut S, room: usize) -> io::Result<usize> {
-        let mut taken = 0;
         // SAFETY: the leader's only: no other completion queue handle exists
-        // while it holds the ring. Dropped (its head synced) at the end of the
-        // block, on every path.
+        // while it holds the ring. Dropped (its head synced) before returning,
+        // on every path.
         let mut cq = unsafe { self.ring.completion_shared() };
         if cq.is_empty() {
             // Nothing taken: no head to write back (the drop would store it).
             std::mem::forget(cq);
             return Ok(0);
         }
-        let mut n = 0u64;
-        let mut r = Ok(());
+        let mut taken = 0;
         while taken < room {
             let Some(cqe) = cq.next() else { break };
-            n += 1;
             match self.take_common(&cqe, sink) {
                 Taken::Event => taken += 1,
                 Taken::Nothing => {}
-                Taken::Rare => match self.take_rare(&cqe, sink, room - taken) {
-                    Ok(k) => taken += k,
+                Taken::Rare => match self.take_rare(&cqe, room - taken) {
+                    Ok(out) => {
+                        taken += out.len();
+                        for ev in out {
+                            sink.event(ev);
+                        }
+                    }
                     Err(e) => {
-                        r = Err(e);
-                        break;
+                        self.count_reap();
+                        drop(cq);
+                        return Err(e);
                     }
                 },
             }
         }
+        self.count_reap();
         drop(cq);
-        self.reaped
-            .store(self.reaped.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-        r.map(|()| taken)
+        Ok(taken)
+    }
+
+    /// Counts one more reap that found completions posted (the leader's
+    /// only). It took at least one (`room` is at least 1): an unchanged count
+    /// is all the signal test asks (`handover.rs`), and one increment per reap
+    /// is cheaper than the count of completions taken.
+    #[inline(always)]
+    fn count_reap(&self) {
+        self.reaped.store(
+            self.reaped.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
     }
 
     /// The common completion of a slot's request, against the slot's word
-    /// alone: the current request, fired with readiness its arming asks for,
-    /// is delivered to `sink`; a request that is not the current one (removed,
-    /// re-armed, deregistered) is stale. Either is one request fewer in flight.
-    /// Anything else (no slot's, an error, a cancelled current request, a slot
-    /// with rare state) is [`Taken::Rare`], for the mutex.
+    /// alone: the current request of an arming that reads, nothing rare kept
+    /// for the slot, fired with `POLLIN`, `POLLPRI` or `POLLOUT` alone, is
+    /// delivered to `sink` with one compare of the word; anything else goes to
+    /// [`take_other`](Self::take_other).
     #[inline(always)]
     fn take_common<S: EventSink>(&self, cqe: &cqueue::Entry, sink: &mut S) -> Taken {
         let user_data = cqe.user_data();
-        let (slot, generation) = unpack64(user_data);
+        let slot = user_data as u32;
         // The waker's, the removes' and the private epoll's (slot `u32::MAX`)
         // have no record.
         let Some(req) = self.reqs.get(slot) else {
             return Taken::Rare;
         };
+        let bits = cqe.result() as u32;
+        // The word of the request's arming while it is pending: its
+        // generation (the high half of `user_data`), PENDING and READS, no ODD.
+        let current = (user_data & GENERATION) | PENDING | READS;
+        let w = req.word.load(Ordering::Acquire);
+        // A negative result is above PLAIN as unsigned, and so is POLLERR.
+        if (w ^ current) & (GENERATION | PENDING | READS | ODD) == 0 && bits <= PLAIN {
+            // Delivered: no request of the arming is pending any more (the
+            // word has PENDING, so clearing it is a subtraction).
+            if req
+                .word
+                .compare_exchange(w, w - PENDING - ONE, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                sink.event(RawEvent {
+                    slot,
+                    stamp: (user_data >> 32) as u32,
+                    readiness: PLAIN_READINESS[(bits & PLAIN) as usize],
+                });
+                return Taken::Event;
+            }
+        }
+        match self.take_other(req, cqe) {
+            Other::Event(ev) => {
+                sink.event(ev);
+                Taken::Event
+            }
+            Other::Stale => Taken::Nothing,
+            Other::Rare => Taken::Rare,
+        }
+    }
+
+    /// A slot's completion that [`take_common`](Self::take_common) did not
+    /// take at once, still against the slot's word alone: the current request,
+    /// fired with readiness its arming asks for, is an event; a request that is
+    /// not the current one (removed, re-armed, deregistered) is stale. Either
+    /// is one request fewer in flight. Anything else (an error, a cancelled
+    /// current request, a slot with rare state) is [`Other::Rare`], for the
+    /// mutex. (Out of line, it is handed no sink: one that a call out of line
+    /// is handed must live in memory, also on the common path.)
+    #[inline(never)]
+    fn take_other(&self, req: &Req, cqe: &cqueue::Entry) -> Other {
+        let (slot, generation) = unpack64(cqe.user_data());
         let res = cqe.result();
         let bits = res as u32;
         let mut w = req.word.load(Ordering::Acquire);
@@ -127,14 +193,14 @@ impl Ring {
                 // processed, the remove's answer, or for a freed slot.
                 req.word.fetch_sub(ONE, Ordering::AcqRel);
                 self.counters.one(Count::Stale);
-                return Taken::Nothing;
+                return Other::Stale;
             }
             if w & ODD != 0
                 || res < 0
                 || bits & libc::POLLERR as u32 != 0
                 || (w & READS == 0 && bits & ANSWERED == 0)
             {
-                return Taken::Rare;
+                return Other::Rare;
             }
             // Delivered: no request of the arming is pending any more.
             match req.word.compare_exchange_weak(
@@ -147,7 +213,7 @@ impl Ring {
                 Err(now) => w = now,
             }
         }
-        sink.event(RawEvent {
+        Other::Event(RawEvent {
             slot,
             stamp: generation,
             readiness: if bits & !PLAIN == 0 {
@@ -155,23 +221,17 @@ impl Ring {
             } else {
                 Readiness::from_epoll(bits)
             },
-        });
-        Taken::Event
+        })
     }
 
     /// A completion [`take_common`](Self::take_common) left, routed under the
-    /// mutex; the entry it answers is queued, and its events (at most `room`)
-    /// handed to `sink` once the mutex is released (the sink takes the table's
-    /// slot locks, which an arm holds while it takes the mutex). Returns how
-    /// many.
+    /// mutex; the entry it answers is queued. Returns its events (at most
+    /// `room`), for the caller to hand to its sink once the mutex is released
+    /// (the sink takes the table's slot locks, which an arm holds while it
+    /// takes the mutex).
     #[cold]
     #[inline(never)]
-    fn take_rare<S: EventSink>(
-        &self,
-        cqe: &cqueue::Entry,
-        sink: &mut S,
-        room: usize,
-    ) -> io::Result<usize> {
+    fn take_rare(&self, cqe: &cqueue::Entry, room: usize) -> io::Result<Vec<RawEvent>> {
         let mut out = Vec::new();
         {
             let mut g = self.lock();
@@ -188,11 +248,7 @@ impl Ring {
                 }
             }
         }
-        let n = out.len();
-        for ev in out {
-            sink.event(ev);
-        }
-        Ok(n)
+        Ok(out)
     }
 
     /// One completion, under the mutex, with room for `room` events in `out`.

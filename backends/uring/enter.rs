@@ -9,7 +9,7 @@ use crate::deadline::Countdown;
 use crate::stats::Count;
 use crate::uring_handover::{Handover, RingOps};
 use io_uring::types;
-use rustix::fd::{AsRawFd, BorrowedFd};
+use rustix::fd::AsFd;
 use rustix::io::Errno;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -23,16 +23,17 @@ impl Ring {
     pub(super) fn wait<S: EventSink>(
         &self,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         if timeout.is_none() {
             // No deadline: nothing to count down.
-            return self.handover.wait(self, sink, max.max(1), || None);
+            return self.handover.wait(self, sink, scratch, max.max(1), || None);
         }
         let deadline = Countdown::new(timeout);
         self.handover
-            .wait(self, sink, max.max(1), || deadline.left())
+            .wait(self, sink, scratch, max.max(1), || deadline.left())
     }
 
     /// The binary waker (see the module docs of `handover.rs`).
@@ -56,12 +57,11 @@ impl Ring {
             // libc's `syscall`. The kernel waits only if it submitted all
             // `to_submit` (else it answers the count at once, and the caller
             // looks again).
-            // SAFETY: the ring's descriptor is open for as long as `self`; no
-            // argument structure is passed, and the queued entries (polls and
-            // removes) refer to no memory of ours.
+            // SAFETY: no argument structure is passed, and the queued entries
+            // (polls and removes) refer to no memory of ours.
             let r = unsafe {
                 rustix::io_uring::io_uring_enter(
-                    BorrowedFd::borrow_raw(self.ring.as_raw_fd()),
+                    self.ring.as_fd(),
                     to_submit,
                     1,
                     rustix::io_uring::IoringEnterFlags::GETEVENTS,

@@ -50,18 +50,27 @@
 //!   its reap may have taken the eventfd's completion ([`Handover::unkick`]),
 //!   and a wake-up that found that write on its way wrote nothing more;
 //! - events that a departing leader took for other registrations are *parked*
-//!   ([`PARKED`]) for the next wait, which a follower woken by the hand-over is.
+//!   ([`PARKED`]) for the next wait, which a follower woken by the hand-over is;
+//! - a *push* to the submission queue (an arm, a remove, a request queued
+//!   again) holds the queue's lock, a bit of the same word ([`QUEUE`],
+//!   [`Handover::lock_queue`]), and so does the leader as it reads the queue's
+//!   length for its enter. Released with one read-modify-write, the lock
+//!   answers with the word: a pusher that finds [`LEADER`] there submits what
+//!   it pushed itself (the leader may be in the kernel, and would not see it
+//!   until it returns); one that does not released the lock before the next
+//!   leader took it, which then counts the push in its enter.
 //!
 //! What this costs where nothing contends: taking and giving back the ring, two
-//! read-modify-writes of one word per wait. A follower and a departing
-//! deregister each cost a futex wake when the ring is given back.
+//! read-modify-writes of one word per wait; taking and releasing the queue's
+//! lock, two more per push (an arm) and per entering wait. A follower and a
+//! departing deregister each cost a futex wake when the ring is given back.
 //!
 //! The protocol is the code below, generic over what it asks of a ring
 //! ([`RingOps`]): the io_uring backend runs it on its ring, and the loom models
 //! (`src/loom_tests/handover.rs`) run it on a modelled completion queue whose
 //! waits behave as `io_cqring_wait` does, under every interleaving.
 
-use crate::backend::EventSink;
+use crate::backend::{EventSink, RawEvent};
 use std::io;
 use std::time::Duration;
 
@@ -79,6 +88,13 @@ pub(crate) const WOKEN: u64 = 1 << 1;
 pub(crate) const KICKED: u64 = 1 << 2;
 /// Events a departing leader took for others wait to be delivered.
 pub(crate) const PARKED: u64 = 1 << 3;
+/// The submission queue's lock, which also guards the ring's rare state
+/// ([`lock_queue`](Handover::lock_queue)).
+pub(crate) const QUEUE: u64 = 1 << 4;
+/// Threads sleep on `queue_free` for [`QUEUE`].
+const QUEUE_WAITERS: u64 = 1 << 5;
+/// Looks at a held [`QUEUE`] before sleeping for it.
+const QUEUE_SPINS: usize = if cfg!(all(loom, test)) { 0 } else { 100 };
 /// One follower (bits 8 to 31).
 const FOLLOWER: u64 = 1 << 8;
 const FOLLOWERS: u64 = ((1 << 24) - 1) * FOLLOWER;
@@ -97,9 +113,11 @@ pub(crate) trait RingOps {
     /// Returns how many events went to `sink`; with none, the queue is empty.
     fn reap<S: EventSink>(&self, h: &Handover, sink: &mut S, room: usize) -> io::Result<usize>;
 
-    /// Completions taken from the queue so far, of every kind (the waker's,
-    /// stale ones): the same before and after an enter whose reap found nothing
-    /// means nothing was posted across the enter. Called by the leader.
+    /// A count that moves whenever completions of any kind (the waker's,
+    /// stale ones) are taken from the queue (the backend counts the reaps that
+    /// found any, the model the completions): the same before and after an
+    /// enter whose reap found nothing means nothing was posted across the
+    /// enter. Called by the leader.
     fn reaped(&self) -> u64;
 
     /// Takes every completion in the queue; events for registrations are parked
@@ -234,6 +252,9 @@ pub(crate) struct Handover {
     /// Departing deregisters sleep here; bumped, with one counted, when the
     /// ring is given back and when its leader enters the kernel again.
     departed: Futex,
+    /// Threads waiting for [`QUEUE`] sleep here; bumped when it is released
+    /// with [`QUEUE_WAITERS`] set.
+    queue_free: Futex,
 }
 
 /// What a leader's turn came to ([`Handover::lead`]).
@@ -251,6 +272,7 @@ impl Handover {
             word: AtomicU64::new(0),
             handoff: Futex(AtomicU32::new(0)),
             departed: Futex(AtomicU32::new(0)),
+            queue_free: Futex(AtomicU32::new(0)),
         }
     }
 
@@ -259,17 +281,16 @@ impl Handover {
         Handover::default()
     }
 
-    /// The word now (tests, and a ring deciding whether to submit for a leader).
+    /// The word now.
     #[inline(always)]
     pub(crate) fn word(&self) -> u64 {
         self.word.load(Ordering::Acquire)
     }
 
-    /// Whether a thread holds the ring (and may be in the kernel: an arm queued
-    /// now would not be seen by its enter).
-    #[inline(always)]
-    pub(crate) fn led(&self) -> bool {
-        self.word() & LEADER != 0
+    /// Takes the ring, free as a test expects it.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn take_for_test(&self) {
+        self.take().expect("the ring is free");
     }
 
     /// Takes the ring if it is free. Returns the word as the take found it (its
@@ -294,6 +315,21 @@ impl Handover {
     /// may end a later leader's enter early: harmless).
     #[inline(always)]
     fn give_back(&self) {
+        // The common case, nothing else in the word: one compare-and-swap
+        // whose answer needs no test.
+        if self
+            .word
+            .compare_exchange(LEADER, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            self.give_back_other();
+        }
+    }
+
+    /// [`give_back`](Self::give_back) with more than [`LEADER`] in the word.
+    #[cold]
+    #[inline(never)]
+    fn give_back_other(&self) {
         let before = self.word.fetch_and(!(LEADER | KICKED), Ordering::AcqRel);
         if before & (FOLLOWERS | DEPARTINGS) != 0 {
             self.handed(before);
@@ -336,14 +372,80 @@ impl Handover {
         self.word.fetch_and(!PARKED, Ordering::AcqRel);
     }
 
+    /// Takes the submission queue's lock ([`QUEUE`]): one atomic OR where it
+    /// is free; else a short spin, then a futex sleep.
+    #[inline(always)]
+    pub(crate) fn lock_queue(&self) {
+        if self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE != 0 {
+            self.lock_queue_contended();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_queue_contended(&self) {
+        loop {
+            // A short spin first: no system call made under this lock waits,
+            // so it is usually released soon. (None in the loom models: a spin
+            // only multiplies their interleavings.)
+            for _ in 0..QUEUE_SPINS {
+                if self.word.load(Ordering::Relaxed) & QUEUE == 0
+                    && self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE == 0
+                {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            // Read before saying so: a release after that moves it on.
+            let seen = self.queue_free.load();
+            if self
+                .change(|w| (w & QUEUE != 0).then_some(w | QUEUE_WAITERS))
+                .is_ok()
+            {
+                // EINTR and a spurious return: look again.
+                let _ = self.queue_free.wait(seen, None);
+            }
+            if self.word.fetch_or(QUEUE, Ordering::Acquire) & QUEUE == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Releases the submission queue's lock, waking every thread asleep for
+    /// it. Returns the word before: its [`LEADER`] says whether a thread holds
+    /// the ring (and may be in the kernel, not seeing what was pushed).
+    #[inline(always)]
+    pub(crate) fn unlock_queue(&self) -> u64 {
+        let before = self.word.fetch_sub(QUEUE, Ordering::AcqRel);
+        if before & QUEUE_WAITERS != 0 {
+            self.wake_queue_waiters();
+        }
+        before
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_queue_waiters(&self) {
+        // Cleared before the bump: a thread that says it sleeps after this
+        // read the futex word before the bump, so its sleep ends at once.
+        self.word.fetch_and(!QUEUE_WAITERS, Ordering::AcqRel);
+        self.queue_free.bump_wake(u32::MAX);
+    }
+
     /// The wait: see the module docs. `left` says the time left of the call's
     /// timeout at each turn (`None`: no limit). Hands at most `room` events to
     /// `sink` (at least 1); returns whether it took a wake-up.
+    ///
+    /// The common paths are inline and hand events to `sink` as they are
+    /// taken; the others, out of line, put them in `scratch` (cleared first),
+    /// handed to `sink` when they return. A sink handed to a call out of line
+    /// would have to live in memory on every path.
     #[inline(always)]
     pub(crate) fn wait<R: RingOps, S: EventSink>(
         &self,
         ring: &R,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         room: usize,
         left: impl Fn() -> Option<Duration>,
     ) -> io::Result<bool> {
@@ -355,14 +457,16 @@ impl Handover {
             .is_ok()
         {
             return match ring.reap(self, sink, room) {
-                Ok(0) => self.wait_led(ring, sink, room, left),
+                Ok(0) => self.wait_led(ring, sink, scratch, room, left),
                 r => {
                     self.give_back();
                     r.map(|_| false)
                 }
             };
         }
-        self.wait_on(ring, sink, room, left, 0)
+        scratch.clear();
+        let r = self.wait_on(ring, scratch, room, left, 0);
+        handed(sink, scratch, r)
     }
 
     /// [`wait`](Self::wait) with no limit, holding the ring, after a reap
@@ -373,24 +477,56 @@ impl Handover {
         &self,
         ring: &R,
         sink: &mut S,
+        scratch: &mut Vec<RawEvent>,
         room: usize,
         left: impl Fn() -> Option<Duration>,
     ) -> io::Result<bool> {
         let remaining = left();
         if remaining.is_none() && self.word() == LEADER {
             let reaped = ring.reaped();
-            let entered = ring.enter(None);
+            // A refused enter goes out of line at once: the common path keeps
+            // no `io::Result` of it to test and drop after the reap.
+            let submitted = match ring.enter(None) {
+                Ok(submitted) => submitted,
+                Err(e) => {
+                    scratch.clear();
+                    let r = self.wait_refused(ring, scratch, room, left, reaped, e);
+                    return handed(sink, scratch, r);
+                }
+            };
             match ring.reap(self, sink, room) {
-                Ok(taken) if taken > 0 && entered.is_ok() => {
+                Ok(taken) if taken > 0 => {
                     self.give_back();
                     return Ok(false);
                 }
                 after => {
-                    return self.wait_entered(ring, sink, room, left, reaped, entered, after);
+                    scratch.clear();
+                    let entered = Ok(submitted);
+                    let r = self.wait_entered(ring, scratch, room, left, reaped, entered, after);
+                    return handed(sink, scratch, r);
                 }
             }
         }
-        self.wait_leading(ring, sink, room, left, remaining)
+        scratch.clear();
+        let r = self.wait_leading(ring, scratch, room, left, remaining);
+        handed(sink, scratch, r)
+    }
+
+    /// [`wait_led`](Self::wait_led) after an enter that the kernel refused:
+    /// the reap that follows every enter, then [`wait_entered`](Self::wait_entered).
+    #[cold]
+    #[inline(never)]
+    fn wait_refused<R: RingOps, S: EventSink>(
+        &self,
+        ring: &R,
+        sink: &mut S,
+        room: usize,
+        left: impl Fn() -> Option<Duration>,
+        reaped: u64,
+        refused: io::Error,
+    ) -> io::Result<bool> {
+        let after = ring.reap(self, sink, room);
+        self.wait_entered(ring, sink, room, left, reaped, Err(refused), after)
     }
 
     /// [`wait_led`](Self::wait_led) after an enter that did not end with
@@ -761,6 +897,20 @@ impl Handover {
         self.handoff.expire();
         self.departed.expire();
     }
+}
+
+/// Hands what a slow path of [`Handover::wait`] put in `scratch` to `sink`,
+/// and returns its answer.
+#[inline(always)]
+fn handed<S: EventSink>(
+    sink: &mut S,
+    scratch: &mut Vec<RawEvent>,
+    r: io::Result<bool>,
+) -> io::Result<bool> {
+    for ev in scratch.drain(..) {
+        sink.event(ev);
+    }
+    r
 }
 
 /// Who a wake-up goes to ([`Handover::route`]).

@@ -1,102 +1,66 @@
-//! The mutex over the ring's shared state: a futex word, without poisoning.
+//! The lock over the ring's submission queue and its shared state, without
+//! poisoning: a bit of the hand-over's word
+//! ([`QUEUE`](crate::uring_handover::QUEUE), taken with one atomic OR where it
+//! is free), so that its release (one atomic subtraction) also answers whether
+//! a thread holds the ring, which an arm needs to know: an uncontended arm
+//! makes two read-modify-writes of that word and no other load of it. A
+//! locker that finds it held spins briefly, then sleeps on a futex word
+//! (`Handover::lock_queue`).
 //!
-//! `std::sync::Mutex` on Linux is the same three-state futex lock, plus a poison
-//! flag that every lock and unlock tests against the process's panic count. The
-//! ring's state is plain data updated in single assignments, so a panic while it
-//! is held cannot leave it half-written and poisoning has nothing to guard. A
-//! one-thread round trip takes this lock three times (two arms, and the wait that
-//! enters, for the submission queue's length); the poison checks and the lock
-//! result's unwrapping were about 90 of its user-space instructions when it was
-//! taken five times.
-//!
-//! States: 0 unlocked, 1 locked, 2 locked with waiters (or maybe). A locker that
-//! finds it taken spins briefly, then sets 2 and waits on the word (futex(2),
-//! `FUTEX_WAIT_PRIVATE`); an unlock that finds 2 wakes one waiter
-//! (`FUTEX_WAKE_PRIVATE`), which sets 2 again when it takes the lock, so that no
-//! later waiter is forgotten.
+//! The state is plain data updated in single assignments, so a panic while it
+//! is held cannot leave it half-written and poisoning has nothing to guard.
 
+use crate::uring_handover::Handover;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
 
-const UNLOCKED: u32 = 0;
-const LOCKED: u32 = 1;
-const CONTENDED: u32 = 2;
-
-/// A mutex without poisoning (see the module docs).
+/// Data under the hand-over's queue lock.
 pub(super) struct Lock<T> {
-    state: AtomicU32,
     data: UnsafeCell<T>,
 }
 
 // SAFETY: the data is reached only through a `Guard`, and at most one guard exists
-// at a time (the state word's acquire and release order its accesses), as for
+// at a time (the lock bit's acquire and release order its accesses), as for
 // `std::sync::Mutex<T>`, which is `Sync` for `T: Send`.
 unsafe impl<T: Send> Sync for Lock<T> {}
 
 /// Holds the lock; dropping it unlocks.
 pub(super) struct Guard<'a, T> {
     lock: &'a Lock<T>,
+    handover: &'a Handover,
 }
 
 impl<T> Lock<T> {
     pub(super) const fn new(data: T) -> Lock<T> {
         Lock {
-            state: AtomicU32::new(UNLOCKED),
             data: UnsafeCell::new(data),
         }
     }
 
     #[inline(always)]
-    pub(super) fn lock(&self) -> Guard<'_, T> {
-        if self
-            .state
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_contended();
+    pub(super) fn lock<'a>(&'a self, handover: &'a Handover) -> Guard<'a, T> {
+        handover.lock_queue();
+        Guard {
+            lock: self,
+            handover,
         }
-        Guard { lock: self }
     }
+}
 
-    #[cold]
-    #[inline(never)]
-    fn lock_contended(&self) {
-        // A short spin first: no system call made under this lock waits (the
-        // enters that block drop it first), so it is usually released soon.
-        for _ in 0..100 {
-            if self.state.load(Ordering::Relaxed) == UNLOCKED
-                && self
-                    .state
-                    .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
-            // EAGAIN (the word moved on) and EINTR: look again.
-            let _ = rustix::thread::futex::wait(
-                &self.state,
-                rustix::thread::futex::Flags::PRIVATE,
-                CONTENDED,
-                None,
-            );
-        }
+impl<T> Guard<'_, T> {
+    /// Unlocks; returns the hand-over's word before.
+    #[inline(always)]
+    pub(super) fn unlock(self) -> u64 {
+        let h = self.handover;
+        std::mem::forget(self);
+        h.unlock_queue()
     }
 }
 
 impl<T> Drop for Guard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.lock.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
-            let _ = rustix::thread::futex::wake(
-                &self.lock.state,
-                rustix::thread::futex::Flags::PRIVATE,
-                1,
-            );
-        }
+        self.handover.unlock_queue();
     }
 }
 
@@ -122,19 +86,22 @@ impl<T> DerefMut for Guard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::Lock;
+    use crate::uring_handover::{Handover, LEADER};
     use std::sync::Arc;
 
     /// Four threads, 20,000 unsynchronised-looking increments each under the lock:
-    /// none is lost, so the lock excludes (and waiters are woken, or it would hang).
+    /// none is lost, so the lock excludes (and sleepers are woken, or it would
+    /// hang); the hand-over's word is left as it was.
     #[test]
     fn lock_excludes_and_wakes() {
-        let lock = Arc::new(Lock::new((0u64, 0u64)));
+        let shared = Arc::new((Handover::new(), Lock::new((0u64, 0u64))));
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                let lock = lock.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
+                    let (h, lock) = &*shared;
                     for _ in 0..20_000 {
-                        let mut g = lock.lock();
+                        let mut g = lock.lock(h);
                         let (a, b) = *g;
                         // Two fields written apart: a torn pair means two holders.
                         g.0 = a + 1;
@@ -147,6 +114,18 @@ mod tests {
         for t in threads {
             t.join().expect("thread");
         }
-        assert_eq!(*lock.lock(), (80_000, 80_000));
+        let (h, lock) = &*shared;
+        assert_eq!(*lock.lock(h), (80_000, 80_000));
+        assert_eq!(h.word(), 0);
+    }
+
+    /// The release answers the word as it was: whether a thread holds the ring.
+    #[test]
+    fn unlock_answers_whether_the_ring_is_held() {
+        let h = Handover::new();
+        let lock = Lock::new(());
+        assert_eq!(lock.lock(&h).unlock() & LEADER, 0);
+        h.take_for_test();
+        assert_eq!(lock.lock(&h).unlock() & LEADER, LEADER);
     }
 }

@@ -12,7 +12,8 @@
 //!   waker's multishot poll) and the one push into the submission queue;
 //! - `slots.rs`: each slot's request record, one word the leader takes the common
 //!   completion against without the mutex, in pages allocated on first use;
-//! - `lock.rs`: the mutex over that state, a futex word without poisoning;
+//! - `lock.rs`: the mutex over that state, without poisoning: a bit of the
+//!   hand-over's word, whose release also says whether the ring is held;
 //! - `submit.rs`: submission, an arm or a remove of one registration, queued, and
 //!   submitted at once where another thread holds the ring (it may be in the
 //!   kernel);
@@ -361,21 +362,22 @@ impl Driver for Uring {
         max: usize,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        self.ring.wait(out, max, timeout)
+        self.ring.wait(out, &mut Vec::new(), max, timeout)
     }
 
     /// Each event straight from the completion queue: the leader takes
     /// completions without the ring's mutex (`handover.rs`), so the poller's
-    /// table check runs as they are taken, with no copy through `scratch`.
+    /// table check runs as they are taken, with no copy through `scratch` on
+    /// the common paths (the hand-over's rare ones go through it).
     #[inline(always)]
     fn wait_each(
         &self,
-        _scratch: &mut Vec<RawEvent>,
+        scratch: &mut Vec<RawEvent>,
         max: usize,
         timeout: Option<Duration>,
         each: &mut impl EventSink,
     ) -> io::Result<bool> {
-        self.ring.wait(each, max, timeout)
+        self.ring.wait(each, scratch, max, timeout)
     }
 
     fn wake(&self) -> io::Result<()> {
@@ -412,8 +414,6 @@ impl AsFd for Uring {
     /// epoll is not woken for a registration armed since the last `deliver` (see
     /// [`Poller`'s `AsFd`](crate::Poller#impl-AsFd-for-Poller<B>)).
     fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the ring's descriptor is open for as long as `self` (and so the
-        // borrow) lives.
-        unsafe { BorrowedFd::borrow_raw(self.ring.ring.as_raw_fd()) }
+        self.ring.ring.as_fd()
     }
 }

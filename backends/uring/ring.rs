@@ -117,9 +117,9 @@ pub(super) struct Ring {
     pub(super) shared: Lock<Shared>,
     /// Each slot's request record, reachable without the mutex (`slots.rs`).
     pub(super) reqs: Reqs,
-    /// Completions taken from the queue so far (with the queue's length: how many
-    /// the kernel has posted, to tell a signal from a completion). Written by the
-    /// leader only.
+    /// Reaps that found completions posted, so far: unchanged across an enter
+    /// and the reap after it, nothing was posted (a signal ended the enter, not
+    /// a completion). Written by the leader only.
     pub(super) reaped: AtomicU64,
     /// Who holds the ring, and the futex words the others sleep on
     /// (`handover.rs`). A futex wait, unlike a condition variable's, ends with
@@ -266,7 +266,7 @@ impl Ring {
     pub(super) fn lock(&self) -> Guard<'_, Shared> {
         // Every field is plain data updated in single assignments: a panic elsewhere
         // cannot leave it half-written, so the lock has no poisoning (`lock.rs`).
-        self.shared.lock()
+        self.shared.lock(&self.handover)
     }
 
     /// One write to the waker eventfd, which completes its multishot poll once:

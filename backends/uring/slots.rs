@@ -36,6 +36,8 @@ pub(super) const PENDING: u64 = 1;
 pub(super) const READS: u64 = 1 << 1;
 /// The rare paths keep state for the slot (under the mutex).
 pub(super) const ODD: u64 = 1 << 2;
+/// The generation's bits.
+pub(super) const GENERATION: u64 = !((1 << 32) - 1);
 /// One poll request in flight.
 pub(super) const ONE: u64 = 1 << 8;
 /// The requests in flight.

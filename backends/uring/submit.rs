@@ -10,6 +10,7 @@ use crate::interest::Interest;
 use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::pack64;
+use crate::uring_handover::LEADER;
 use io_uring::{opcode, types};
 use rustix::fd::RawFd;
 use rustix::io::Errno;
@@ -63,8 +64,11 @@ impl Ring {
             let mut guard = self.lock();
             let g = &mut *guard;
             let req = self.reqs.get_or_grow(tag.slot);
-            if req.word.load(Ordering::Acquire) & ODD != 0 {
-                self.arm_odd(g, req, fd, tag, user_data, events, rearm)?
+            let w = req.word.load(Ordering::Acquire);
+            if w & ODD != 0 {
+                let queued = self.arm_odd(g, req, fd, tag, user_data, events, rearm);
+                let before = guard.unlock();
+                queued? && before & LEADER != 0
             } else {
                 // The common case: a poll request, where none or one is pending.
                 // The slot's word names it and counts it in flight before it is
@@ -76,14 +80,17 @@ impl Ring {
                     0
                 };
                 let now = u64::from(tag.generation) << 32 | PENDING | reads;
-                let before = swap_in(req, now);
+                let before = swap_in(req, w, now);
                 req.fd.store(fd, Ordering::Relaxed);
                 req.events.store(events, Ordering::Relaxed);
                 if let Err(e) = self.push_arm(g, tag.slot, before, fd, events, user_data) {
                     swap_back(req, before);
                     return Err(e);
                 }
-                self.handover.led()
+                // The lock's release says whether a thread holds the ring: it
+                // is ordered with the leader's own look at the queue (under the
+                // lock), so one of the two submits what was pushed.
+                guard.unlock() & LEADER != 0
             }
         };
         self.submit_for_leader(leader)
@@ -114,7 +121,7 @@ impl Ring {
     /// [`arm`](Self::arm) for a slot with state of the rare paths ([`Odd`]): a
     /// number the kernel reported closed, an arming the private epoll instance
     /// watches, a socket known half-closed, older requests queued again. Returns
-    /// whether to submit for a leader.
+    /// whether it queued a request (to submit if a thread holds the ring).
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -211,7 +218,7 @@ impl Ring {
                 },
             );
         }
-        Ok(self.handover.led())
+        Ok(true)
     }
 
     /// Removes the slot's pending request or epoll entry, if any. A disarm
@@ -265,17 +272,26 @@ impl Ring {
             if w & PENDING == 0 {
                 return Ok(());
             }
-            self.handover.led()
+            g.unlock() & LEADER != 0
         };
         self.submit_for_leader(leader)
     }
 }
 
 /// Makes `now` (a generation and flags) the slot's word, with one more request
-/// counted in flight. Returns the word before.
+/// counted in flight; `w` is the word as the caller read it, under the mutex.
+/// Returns the word before.
+///
+/// With nothing of the slot in flight (the common re-arm after a delivery),
+/// nobody else writes the word: the leader writes it only as it takes a
+/// completion of the slot's, and every other writer holds the mutex. So a
+/// plain store does.
 #[inline(always)]
-fn swap_in(req: &Req, now: u64) -> u64 {
-    let mut w = req.word.load(Ordering::Acquire);
+fn swap_in(req: &Req, mut w: u64, now: u64) -> u64 {
+    if inflight(w) == 0 {
+        req.word.store(now + ONE, Ordering::Release);
+        return w;
+    }
     loop {
         match req.word.compare_exchange_weak(
             w,

@@ -3,8 +3,10 @@
 //!
 //! The model keeps what decides who is woken, as the kernel does it:
 //!
-//! - a submission queue the ring pushes to under its mutex, consumed by an
-//!   enter (any thread's);
+//! - a submission queue the ring pushes to under the hand-over's queue lock
+//!   (the arm submits at once where its release says the ring is held),
+//!   consumed by an enter (any thread's); the leader's waiting enter submits
+//!   as many entries as it counted under that lock;
 //! - poll requests in the kernel, completed by their descriptor's readiness (a
 //!   request submitted for a ready descriptor completes at once) or by a
 //!   remove, whose answer is the request's `-ECANCELED` completion (the
@@ -22,7 +24,7 @@
 
 use crate::backend::{EventSink, RawEvent};
 use crate::readiness::Readiness;
-use crate::uring_handover::{Handover, RingOps};
+use crate::uring_handover::{Handover, RingOps, LEADER};
 use loom::sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::io;
@@ -68,7 +70,14 @@ impl Kernel {
 
     /// Submits every queued entry. Returns whether there were any.
     fn submit(&mut self) -> bool {
-        let entries = std::mem::take(&mut self.sq);
+        self.submit_at_most(usize::MAX) > 0
+    }
+
+    /// Submits the first `n` queued entries, or as many as there are. Returns
+    /// how many it submitted.
+    fn submit_at_most(&mut self, n: usize) -> usize {
+        let n = n.min(self.sq.len());
+        let entries: Vec<Entry> = self.sq.drain(..n).collect();
         for e in &entries {
             match *e {
                 Entry::Poll(ud) if self.ready.contains(&(ud as u32)) => {
@@ -83,7 +92,7 @@ impl Kernel {
                 }
             }
         }
-        !entries.is_empty()
+        n
     }
 }
 
@@ -123,9 +132,11 @@ impl ModelRing {
     }
 
     /// `arm`: queues a poll request for `slot`'s arming `generation` (a remove
-    /// of the pending one first), submitted at once where the ring is held, as
-    /// the backend's arm does (`submit.rs`).
+    /// of the pending one first) under the hand-over's queue lock, and submits
+    /// it at once where the lock's release says the ring is held, as the
+    /// backend's arm does (`submit.rs`).
     pub(super) fn arm(&self, slot: u32, generation: u32) {
+        self.handover.lock_queue();
         {
             let mut u = self.user.lock().unwrap();
             let mut k = self.kernel.lock().unwrap();
@@ -135,7 +146,7 @@ impl ModelRing {
             k.sq.push(Entry::Poll(tag(slot, generation)));
             u.inflight[slot as usize] += 1;
         }
-        if self.handover.led() {
+        if self.handover.unlock_queue() & LEADER != 0 {
             self.submit().unwrap();
         }
     }
@@ -199,9 +210,10 @@ impl ModelRing {
             t => t,
         };
         let mut out: Vec<RawEvent> = Vec::new();
+        let mut scratch = Vec::new();
         let woken = self
             .handover
-            .wait(self, &mut out, max, left)
+            .wait(self, &mut out, &mut scratch, max, left)
             .expect("the model kernel never fails");
         assert!(out.len() <= max);
         (out.iter().map(|e| e.slot).collect(), woken)
@@ -265,6 +277,28 @@ impl ModelRing {
     /// A waiting enter, as `io_cqring_wait` waits (see the module docs).
     fn enter_waiting(&self, timed: bool) -> bool {
         let submitted = self.kernel.lock().unwrap().submit();
+        self.wait_posted(timed, submitted)
+    }
+
+    /// The leader's waiting enter, as the backend's (`enter.rs`): the queue's
+    /// length read under the hand-over's queue lock, then an enter that submits
+    /// that many; the kernel waits only if it submitted them all (an entry
+    /// pushed after the read is its pusher's to submit: the lock's release told
+    /// it that the ring is held).
+    fn enter_counted(&self, timed: bool) -> bool {
+        self.handover.lock_queue();
+        let to_submit = self.kernel.lock().unwrap().sq.len();
+        self.handover.unlock_queue();
+        let submitted = self.kernel.lock().unwrap().submit_at_most(to_submit);
+        if submitted < to_submit {
+            // Another thread submitted some first: the kernel answers at once.
+            return submitted > 0;
+        }
+        self.wait_posted(timed, submitted > 0)
+    }
+
+    /// The wait of an enter that submitted (`submitted`: anything).
+    fn wait_posted(&self, timed: bool, submitted: bool) -> bool {
         self.posted.notify_all();
         // The kernel posts a cancellation from task work, after the
         // submission: another thread may run in between.
@@ -318,7 +352,7 @@ impl RingOps for ModelRing {
 
     fn enter(&self, timeout: Option<Duration>) -> io::Result<bool> {
         assert_ne!(timeout, Some(Duration::ZERO), "a zero timeout never waits");
-        Ok(self.enter_waiting(timeout.is_some()))
+        Ok(self.enter_counted(timeout.is_some()))
     }
 
     fn enter_depart(&self) -> io::Result<()> {
