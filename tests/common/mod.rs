@@ -271,11 +271,31 @@ pub fn apart_from_forks(body: impl FnOnce()) {
 /// guard drops; the calling body's own shared hold ([`apart_from_forks`]) is
 /// given up first. Take it before fork(2) and drop it once the child has exited
 /// or closed every inherited descriptor but its own test's.
+///
+/// On libkqueue it also waits until libkqueue has freed every kqueue already
+/// closed: it frees one later, on its monitoring thread, closing the kqueue's
+/// numbers then, and the child of a fork frees (and closes) the pending ones
+/// itself, whatever the process has reused those numbers for since (a test's
+/// pipe or socket, closed in the child: seen as a child whose pipe read failed,
+/// or a socket whose peer the child should have held, about 1 full run of the
+/// suite in 24).
 pub fn forking() -> std::sync::RwLockWriteGuard<'static, ()> {
     BODY_HOLD.with(|h| h.borrow_mut().take());
-    FORKS
+    let alone = FORKS
         .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    #[cfg(pollshot_libkqueue)]
+    {
+        extern "C" {
+            /// libkqueue's (Linux): returns once its monitoring thread has
+            /// freed every kqueue closed so far (`src/linux/platform.c`).
+            fn libkqueue_drain_pending_close();
+        }
+        // SAFETY: takes no arguments; libkqueue is linked (the kqueue backend
+        // calls it) and exports it.
+        unsafe { libkqueue_drain_pending_close() };
+    }
+    alone
 }
 
 /// How long an event that should arrive at once may take before it counts as
