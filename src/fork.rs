@@ -40,3 +40,27 @@ pub(crate) fn install() -> u64 {
 pub(crate) fn count() -> u64 {
     FORKS.load(Relaxed)
 }
+
+/// Tests: runs `child` in a forked child, which leaves by `_exit(2)` with the
+/// code `child` returns (0: passed; the caller's message says what each other
+/// code means), and returns that code in the parent. The child must not
+/// panic: it would unwind into a copy of the test harness.
+#[cfg(all(test, unix, not(loom)))]
+// Only the Linux and kqueue backends' tests fork (not illumos's, say).
+#[allow(dead_code)]
+pub(crate) fn in_forked_child(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child runs `child` alone and leaves by _exit, without the
+    // parent's exit handlers.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = child();
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` outlives the call; `pid` is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+    libc::WEXITSTATUS(status)
+}

@@ -157,10 +157,7 @@ fn a_refused_readd_after_fork_keeps_the_registration_armed_for_the_retry() {
     let (mut a, b) = UnixStream::pair().unwrap();
     let t = p.register(&b).unwrap();
     p.arm(t, Interest::READABLE).unwrap();
-    // SAFETY: the child only runs this test's poller and leaves by _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-    if pid == 0 {
+    let code = crate::fork::in_forked_child(|| {
         *p.backend.refuse.lock().unwrap() = Some((Command::Add, libc::ENOMEM));
         let refused = p.reinit_after_fork().unwrap_err().raw_os_error() == Some(libc::ENOMEM);
         let retried = p.reinit_after_fork().is_ok();
@@ -168,20 +165,13 @@ fn a_refused_readd_after_fork_keeps_the_registration_armed_for_the_retry() {
         let mut events = Events::with_capacity(4);
         let delivered = p.deliver(&mut events, Some(Duration::from_secs(10))).ok() == Some(1)
             && events.iter().next().map(|e| e.token()) == Some(t);
-        let code = [refused, retried, delivered]
+        [refused, retried, delivered]
             .iter()
             .position(|ok| !ok)
-            .map_or(0, |i| 10 + i as i32);
-        // SAFETY: leaves the child without running the parent's handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: `status` outlives the call; `pid` is our child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+            .map_or(0, |i| 10 + i as i32)
+    });
     assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
+        code, 0,
         "10: the reinit was not refused, 11: its retry failed, 12: the armed \
          registration's readiness was not delivered"
     );

@@ -54,6 +54,10 @@ pub struct Kqueue {
     woken: AtomicBool,
     /// Dropped in a forked child without re-initialising: leave `kq` alone.
     forsaken: bool,
+    /// The fork count (`crate::fork`) when `kq` was made: a kqueue made in this
+    /// process is its own to close, also in a child (a `reinit_after_fork`
+    /// that failed after making it, then called again or dropped).
+    made: u64,
     pub(super) counters: Counters,
 }
 
@@ -237,6 +241,7 @@ impl Driver for Kqueue {
             user_woken: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             forsaken: false,
+            made: crate::fork::install(),
             counters: Counters::default(),
         })
     }
@@ -482,7 +487,13 @@ impl Driver for Kqueue {
         // The inherited kqueue number is not the child's (a kqueue is not
         // inherited across fork): replace it without closing it (`ManuallyDrop`).
         let (kq, waker) = Kqueue::create()?;
-        self.kq = ManuallyDrop::new(kq);
+        let old = std::mem::replace(&mut self.kq, ManuallyDrop::new(kq));
+        if self.made == crate::fork::count() {
+            // Made by an earlier call here that failed after making it: the
+            // child's own, closed.
+            drop(ManuallyDrop::into_inner(old));
+        }
+        self.made = crate::fork::count();
         // A pipe waker is the child's own copy: dropping it closes only that.
         self.waker = waker;
         self.queue.reset();
@@ -493,7 +504,8 @@ impl Driver for Kqueue {
     }
 
     fn abandon_after_fork(&mut self) {
-        self.forsaken = true;
+        // Only a kqueue made before the fork is not this process's to close.
+        self.forsaken = self.made != crate::fork::count();
     }
 
     fn owns_fd(&self, fd: RawFd) -> bool {
@@ -522,5 +534,73 @@ impl AsFd for Kqueue {
     /// The kqueue (to nest this poller in another).
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.kq.as_fd()
+    }
+}
+
+// A rump kernel's process cannot fork.
+#[cfg(all(test, not(pollshot_rump)))]
+mod fork_tests {
+    use super::Kqueue;
+    use crate::backend::Driver;
+    use rustix::fd::AsRawFd;
+
+    /// `reinit_after_fork` called again in a child (the poller's retry after
+    /// a re-add the kernel refused) closes the kqueue the first call made
+    /// there, and a dropped backend closes its own. (The number of the kqueue
+    /// made before the fork is left alone: a kqueue is not inherited, so the
+    /// number may name something else in the child; libkqueue, too, drops its
+    /// kqueues in a child, whose first `kqueue()` may answer the same number.)
+    /// On the old code the first child-made kqueue was taken for the parent's
+    /// and left open: each retry leaked a descriptor.
+    #[test]
+    fn a_reinit_retry_in_a_child_closes_the_kqueue_the_first_call_made() {
+        let k = Kqueue::new().unwrap();
+        // libkqueue frees a closed kqueue later, on its monitoring thread, and
+        // a forked child frees the pending ones itself, closing their numbers,
+        // which may be this child's by then: none pending at the fork.
+        #[cfg(pollshot_libkqueue)]
+        {
+            extern "C" {
+                /// libkqueue's (Linux): returns once its monitoring thread has
+                /// freed every kqueue closed so far (`src/linux/platform.c`).
+                fn libkqueue_drain_pending_close();
+            }
+            // SAFETY: takes no arguments; libkqueue is linked and exports it.
+            unsafe { libkqueue_drain_pending_close() };
+        }
+        let mut k = Some(k);
+        let code = crate::fork::in_forked_child(|| {
+            let open = |fd: i32| {
+                // SAFETY: F_GETFD reads the descriptor's flags, on any number.
+                let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                flags != -1
+            };
+            let b = k.as_mut().expect("made above");
+            let first = b.reinit_after_fork().is_ok();
+            let made = b.kq.as_raw_fd();
+            let second = b.reinit_after_fork().is_ok();
+            // Nothing was opened since the retry closed `made`: its number is free.
+            let closed = !open(made);
+            let last = b.kq.as_raw_fd();
+            b.abandon_after_fork();
+            drop(k.take());
+            [first, second && closed, !open(last)]
+                .iter()
+                .position(|ok| !ok)
+                .map_or(0, |i| 10 + i as i32)
+        });
+        assert_eq!(
+            code, 0,
+            "10: the first reinit failed, 11: the retry failed or left the first \
+             child-made kqueue open, 12: the dropped backend left its kqueue open"
+        );
+        let k = k.expect("the parent's");
+        // The parent's kqueue still works: a wake-up reaches a wait.
+        k.wake().unwrap();
+        let mut out = Vec::new();
+        let woken = k
+            .wait(&mut out, 4, Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        assert!(woken, "the parent's wait took no wake-up");
     }
 }

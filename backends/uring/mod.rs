@@ -388,13 +388,17 @@ impl Driver for Uring {
         // The child has no mapping of the parent's ring (MADV_DONTFORK), and closing
         // its copy of the ring's descriptor leaves the parent's ring alone. The
         // mutex may have been held by a thread that does not exist here: all new.
-        self.ring.abandoned.store(true, Ordering::Relaxed);
+        // A ring this process made (an earlier call here that failed after making
+        // it) is the child's own: dropped whole, unmapped and closed.
+        self.abandon_after_fork();
         self.ring = Ring::new(self.counters.clone())?;
         Ok(())
     }
 
     fn abandon_after_fork(&mut self) {
-        self.ring.abandoned.store(true, Ordering::Relaxed);
+        if self.ring.forks != crate::fork::count() {
+            self.ring.abandoned.store(true, Ordering::Relaxed);
+        }
     }
 
     fn owns_fd(&self, fd: RawFd) -> bool {
@@ -415,5 +419,65 @@ impl AsFd for Uring {
     /// [`Poller`'s `AsFd`](crate::Poller#impl-AsFd-for-Poller<B>)).
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.ring.ring.as_fd()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod fork_tests {
+    use super::Uring;
+    use crate::backend::Driver;
+
+    /// This process's io_uring mappings (`/proc/self/maps`, whose lines name
+    /// a ring's memory `anon_inode:[io_uring]`). A forked child has none of its
+    /// parent's: the rings are made with `MADV_DONTFORK`.
+    fn ring_mappings() -> usize {
+        std::fs::read_to_string("/proc/self/maps").map_or(usize::MAX, |m| {
+            m.lines().filter(|l| l.contains("io_uring")).count()
+        })
+    }
+
+    /// `reinit_after_fork` called again in a child (the poller's retry after
+    /// a re-add the kernel refused) drops the ring the first call made there
+    /// whole, unmapped, and a dropped backend drops it too; the parent's ring
+    /// is never touched. On the old code the first child-made ring was taken
+    /// for the parent's and only its descriptor closed: each retry left one
+    /// ring's mappings behind.
+    #[test]
+    fn a_reinit_retry_in_a_child_unmaps_the_ring_the_first_call_made() {
+        let mut u = Some(Uring::new().unwrap());
+        let code = crate::fork::in_forked_child(|| {
+            let inherited = ring_mappings();
+            let b = u.as_mut().expect("made above");
+            let first = b.reinit_after_fork().is_ok();
+            let one = ring_mappings();
+            let second = b.reinit_after_fork().is_ok();
+            let after = ring_mappings();
+            b.abandon_after_fork();
+            drop(u.take());
+            let dropped = ring_mappings();
+            [
+                inherited == 0,
+                first && one > 0,
+                second && after == one,
+                dropped == 0,
+            ]
+            .iter()
+            .position(|ok| !ok)
+            .map_or(0, |i| 10 + i as i32)
+        });
+        assert_eq!(
+            code, 0,
+            "10: the child has the parent's ring mapped, 11: the first reinit \
+             failed or mapped nothing, 12: the retry failed or left the first \
+             child-made ring mapped, 13: the dropped backend left its ring mapped"
+        );
+        let u = u.expect("the parent's");
+        // The parent's ring still works: a wake-up reaches a wait.
+        u.wake().unwrap();
+        let mut out = Vec::new();
+        let woken = u
+            .wait(&mut out, 4, Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        assert!(woken, "the parent's wait took no wake-up");
     }
 }
