@@ -13,6 +13,7 @@ use crate::table::{Entry, Live, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::Notifies;
 use std::io;
+use std::mem::ManuallyDrop;
 #[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -125,6 +126,13 @@ impl<B> FdKernel<'_, B> {
 impl<B: Backend> Kernel for FdKernel<'_, B> {
     #[inline(always)]
     fn add(&mut self, interest: Interest, generation: u32) -> Result<(), KernelError> {
+        // The registration's descriptor was closed and its number now names one
+        // of the poller's own (made since: a child's `reinit_after_fork`, the
+        // io_uring backend's private epoll instance): never watched, reported
+        // as the closed descriptor it is.
+        if self.backend.owns_fd(self.fd) {
+            return Err(KernelError::BadFd);
+        }
         self.backend.add(self.fd, self.tag(generation), interest)
     }
     #[inline(always)]
@@ -940,11 +948,17 @@ None on Windows."#
             }
             Ok(())
         })?;
+        // The old mutex may be held by a thread that does not exist here (it
+        // was queueing when the parent forked): replaced, and leaked, as the
+        // table's are.
+        let _leaked = ManuallyDrop::new(std::mem::replace(
+            &mut self.synthetic,
+            Mutex::new(Vec::new()),
+        ));
         let queue = self
             .synthetic
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        queue.clear();
         queue.extend(synthetic);
         self.notifies.reset();
         if !queue.is_empty() {

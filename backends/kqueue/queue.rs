@@ -502,11 +502,6 @@ impl Queue {
         let batch = sh.submit_with_queued_of(fd, own);
         (sh, batch)
     }
-
-    /// Replaces the bookkeeping with an empty one (a forked child's new kqueue).
-    pub(super) fn reset(&self) {
-        *self.lock() = Shared::default();
-    }
 }
 
 /// A few records, inline unless a command takes queued records along.
