@@ -551,8 +551,8 @@ mod fork_tests {
     /// a re-add the kernel refused) closes the kqueue the first call made
     /// there, and a dropped backend closes its own. (The number of the kqueue
     /// made before the fork is left alone: a kqueue is not inherited, so the
-    /// number may name something else in the child; libkqueue, too, drops its
-    /// kqueues in a child, whose first `kqueue()` may answer the same number.)
+    /// number may name something else in the child; on libkqueue the child's
+    /// first `kqueue()` has answered that same number, so none is assumed.)
     /// On the old code the first child-made kqueue was taken for the parent's
     /// and left open: each retry leaked a descriptor.
     #[test]
