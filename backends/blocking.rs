@@ -467,13 +467,9 @@ impl Driver for Blocking {
         let (r, w) = pipe::nonblocking_pipe()?;
         self.wake_r = r;
         self.wake_w = w;
-        // No thread but this one exists in the child: nobody is polling. The
-        // old mutex may be held by a thread that does not exist here (it was
-        // arming or polling when the parent forked): replaced, and leaked.
-        let _leaked = std::mem::ManuallyDrop::new(std::mem::replace(
-            &mut self.set,
-            Mutex::new(Set::default()),
-        ));
+        // No thread but this one exists in the child: nobody is polling. One
+        // may have been arming or polling when the parent forked.
+        crate::fork::replace_inherited(&mut self.set, Mutex::new(Set::default()));
         *self.user_woken.get_mut() = false;
         *self.woken.get_mut() = false;
         Ok(())

@@ -64,3 +64,12 @@ pub(crate) fn in_forked_child(child: impl FnOnce() -> i32) -> i32 {
     assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
     libc::WEXITSTATUS(status)
 }
+
+/// Puts `fresh` in `place` and leaks what was there, never dropped: in a forked
+/// child, a lock (or a condition variable) inherited from the parent may be
+/// held, or waited on, by a thread that does not exist here. Destroying it may
+/// wait for that thread on some targets, and reaching its contents through it
+/// would wait for good (`reinit_after_fork`).
+pub(crate) fn replace_inherited<T>(place: &mut T, fresh: T) {
+    std::mem::forget(std::mem::replace(place, fresh));
+}

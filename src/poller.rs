@@ -13,7 +13,6 @@ use crate::table::{Entry, Live, SlotGuard, Table};
 use crate::token::{Token, MAX_SLOTS};
 use crate::wake::Notifies;
 use std::io;
-use std::mem::ManuallyDrop;
 #[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -948,13 +947,8 @@ None on Windows."#
             }
             Ok(())
         })?;
-        // The old mutex may be held by a thread that does not exist here (it
-        // was queueing when the parent forked): replaced, and leaked, as the
-        // table's are.
-        let _leaked = ManuallyDrop::new(std::mem::replace(
-            &mut self.synthetic,
-            Mutex::new(Vec::new()),
-        ));
+        // A thread may have been queueing when the parent forked.
+        fork::replace_inherited(&mut self.synthetic, Mutex::new(Vec::new()));
         let queue = self
             .synthetic
             .get_mut()

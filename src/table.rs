@@ -89,7 +89,6 @@ use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering}
 use crate::sync::{Condvar, Mutex};
 use crate::token::Token;
 use crate::token::MAX_SLOTS;
-use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::sync::PoisonError;
@@ -810,13 +809,9 @@ impl Table {
         &mut self,
         mut f: impl FnMut(&mut Entry) -> Result<(), E>,
     ) -> Result<(), E> {
-        // The old mutexes may be held (and the condition variables waited on) by
-        // threads that do not exist here: leaked, never destroyed, since destroying
-        // them may wait for those threads on some targets.
-        let _leaked = ManuallyDrop::new((
-            std::mem::replace(&mut self.grow, Mutex::new(())),
-            std::mem::take(&mut self.buckets),
-        ));
+        // The old mutexes and condition variables: see `replace_inherited`.
+        crate::fork::replace_inherited(&mut self.grow, Mutex::new(()));
+        crate::fork::replace_inherited(&mut self.buckets, Default::default());
         let mut index = 0;
         while index < MAX_SLOTS {
             // A missing chunk or page holds no registration: skip it whole.

@@ -496,10 +496,8 @@ impl Driver for Kqueue {
         self.made = crate::fork::count();
         // A pipe waker is the child's own copy: dropping it closes only that.
         self.waker = waker;
-        // The queue's mutex may be held by a thread that does not exist here
-        // (it was in a command or a wait when the parent forked): a new queue,
-        // the old one leaked.
-        let _leaked = ManuallyDrop::new(std::mem::replace(&mut self.queue, Queue::new()));
+        // A thread may have been in a command or a wait when the parent forked.
+        crate::fork::replace_inherited(&mut self.queue, Queue::new());
         *self.user_woken.get_mut() = false;
         *self.woken.get_mut() = false;
         self.forsaken = false;
