@@ -122,7 +122,10 @@ pub struct Report {
     /// See `reads`.
     pub writes: u64,
     /// Reads that found nothing (`WouldBlock`): a delivery that was not real
-    /// readiness, a spurious wake-up. 0 on epoll and io_uring.
+    /// readiness, a spurious wake-up. 0 on epoll and poll(2); on io_uring a few
+    /// with several threads (a poll request completes with the readiness its
+    /// wake-up carried, which a writer's late wake-up can carry for data
+    /// already read: docs/guarantees.md, "Limits").
     pub empty_reads: u64,
     /// The poller's counters over the run.
     pub stats: Stats,
