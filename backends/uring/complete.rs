@@ -314,12 +314,9 @@ impl Ring {
             // flight again (the caller pushes it).
             req.word.fetch_add(ONE, Ordering::AcqRel);
             return Some(
-                opcode::PollAdd::new(
-                    types::Fd(req.fd.load(Ordering::Relaxed)),
-                    req.events.load(Ordering::Relaxed),
-                )
-                .build()
-                .user_data(user_data),
+                opcode::PollAdd::new(types::Fd(slots::fd_of(slot)), slots::events_of(w))
+                    .build()
+                    .user_data(user_data),
             );
         }
         if !current {
@@ -327,10 +324,7 @@ impl Ring {
             self.counters.one(Count::Stale);
             return None;
         }
-        let (fd, events) = (
-            req.fd.load(Ordering::Relaxed),
-            req.events.load(Ordering::Relaxed),
-        );
+        let (fd, events) = (slots::fd_of(slot), slots::events_of(w));
         // The arming's request is over: delivered, failed, or (below) moved
         // to the private epoll.
         req.word.fetch_and(!PENDING, Ordering::AcqRel);

@@ -2,7 +2,7 @@
 //! armings a poll request cannot (see "Half-closed sockets" on `Uring`).
 
 use super::ring::{fd_ref, Odd, Ring, Shared, EPOLL_SLOT};
-use super::slots::{self, generation};
+use super::slots::{self, fd_of, generation};
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
@@ -44,7 +44,7 @@ impl Ring {
         let p = g.odd(slot);
         let req = self.reqs.get_or_grow(slot);
         let user_data = pack64(slot, generation(req.word.load(Ordering::Acquire)));
-        let fd = req.fd.load(Ordering::Relaxed);
+        let fd = fd_of(slot);
         let r = self
             .private_epoll()
             .map_err(KernelError::Other)

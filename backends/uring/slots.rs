@@ -11,12 +11,15 @@
 //! The word of a slot ([`Req::word`]): the generation of its latest arming
 //! (bits 32 to 63), its poll requests in flight (pushed, and whose completion
 //! has not been taken: bits 8 to 31; each oneshot request ends with exactly
-//! one completion), and three flags: [`PENDING`] (a poll request of that
-//! arming is in the kernel or queued), [`READS`] (the arming asks for
-//! `POLLIN`), [`ODD`] (the slot has state the rare paths keep under the mutex,
-//! `Odd` in `ring.rs`: its completions and arms go there).
+//! one completion), the latest arming's interest ([`Interest::bits`] in bits 3
+//! to 5, which the rare paths turn back into its `poll32_events`), and three
+//! flags: [`PENDING`] (a poll request of that arming is in the kernel or
+//! queued), [`READS`] (the arming asks for `POLLIN`), [`ODD`] (the slot has
+//! state the rare paths keep under the mutex, `Odd` in `ring.rs`: its
+//! completions and arms go there). A record is its word alone: the
+//! descriptor is the slot's number ([`fd_of`]).
 //!
-//! Records live in pages of 1,024 (16 KiB, zeroed: an all-zero record is a
+//! Records live in pages of 1,024 (8 KiB, zeroed: an all-zero record is a
 //! slot with nothing armed), freed with the ring. Page 0 is allocated with the
 //! ring (most descriptor numbers are below 1,024, and its lookup then needs no
 //! load of a pointer); page `p` from 1 on is allocated under the mutex on first
@@ -26,9 +29,12 @@
 //! pointer is written once, from null to an allocation, under the mutex, and
 //! read with acquire: a lookup is lock-free.
 
+use super::submit::poll_events;
+use crate::interest::Interest;
+use rustix::fd::RawFd;
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// A poll request of the slot's latest arming is in the kernel or queued.
 pub(super) const PENDING: u64 = 1;
@@ -36,12 +42,20 @@ pub(super) const PENDING: u64 = 1;
 pub(super) const READS: u64 = 1 << 1;
 /// The rare paths keep state for the slot (under the mutex).
 pub(super) const ODD: u64 = 1 << 2;
+/// Where the latest arming's [`Interest::bits`] sit.
+const INTEREST_SHIFT: u32 = 3;
+/// The latest arming's interest.
+const INTEREST: u64 = 0b111 << INTEREST_SHIFT;
 /// The generation's bits.
 pub(super) const GENERATION: u64 = !((1 << 32) - 1);
+const _: () = assert!(INTEREST & (PENDING | READS | ODD | COUNT | GENERATION) == 0);
 /// One poll request in flight.
 pub(super) const ONE: u64 = 1 << 8;
 /// The requests in flight.
 const COUNT: u64 = ((1 << 24) - 1) * ONE;
+/// A word with none of these has nothing in flight, nothing pending and no
+/// rare state: the word after a delivery, which an arm writes with one store.
+pub(super) const BUSY: u64 = ODD | PENDING | COUNT;
 
 /// The generation in a slot's word.
 #[inline(always)]
@@ -55,20 +69,36 @@ pub(super) fn inflight(word: u64) -> u32 {
     ((word & COUNT) / ONE) as u32
 }
 
+/// The word's flags for an arming for `interest`: [`READS`] if it reads, and
+/// the interest itself.
+#[inline(always)]
+pub(super) fn interest_flags(interest: Interest) -> u64 {
+    let reads = if interest.is_readable() { READS } else { 0 };
+    reads | u64::from(interest.bits()) << INTEREST_SHIFT
+}
+
+/// The `poll32_events` of the latest arming a slot's word names (0 if none).
+#[inline]
+pub(super) fn events_of(word: u64) -> u32 {
+    Interest::from_bits(((word & INTEREST) >> INTEREST_SHIFT) as u8).map_or(0, poll_events)
+}
+
+/// The descriptor a slot holds: its number (`raw::fd_at` on Linux).
+#[inline(always)]
+pub(super) fn fd_of(slot: u32) -> RawFd {
+    crate::raw::fd_at(slot as usize)
+}
+
 /// `word` with its requests in flight replaced by those of `count_of`.
 #[inline(always)]
 pub(super) fn with_count(word: u64, count_of: u64) -> u64 {
     (word & !COUNT) | (count_of & COUNT)
 }
 
-/// One slot's record. See the module docs.
+/// One slot's record: its word. See the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Req {
     pub(super) word: AtomicU64,
-    /// The latest arming's descriptor and `poll32_events` (written by arms and
-    /// read by the rare paths, all under the mutex).
-    pub(super) fd: AtomicI32,
-    pub(super) events: AtomicU32,
 }
 
 // SAFETY: `Reqs` owns its pages (freed by its `drop` only) and hands out

@@ -4,7 +4,9 @@
 //! (`slots.rs`); a slot with rare state goes through [`Odd`].
 
 use super::ring::{fd_ref, Odd, Ring, Shared};
-use super::slots::{generation, inflight, with_count, Req, ODD, ONE, PENDING, READS};
+use super::slots::{
+    generation, inflight, interest_flags, with_count, Req, BUSY, ODD, ONE, PENDING,
+};
 use crate::backend::Tag;
 use crate::interest::Interest;
 use crate::state::KernelError;
@@ -65,24 +67,33 @@ impl Ring {
             let g = &mut *guard;
             let req = self.reqs.get_or_grow(tag.slot);
             let w = req.word.load(Ordering::Acquire);
-            if w & ODD != 0 {
-                let queued = self.arm_odd(g, req, fd, tag, user_data, events, rearm);
+            // The slot's word names the new request and counts it in flight
+            // before it is pushed (another thread's enter may submit it at
+            // once, and the leader take its completion); a failed push undoes
+            // that.
+            let now = u64::from(tag.generation) << 32 | PENDING | interest_flags(interest);
+            if w & BUSY == 0 {
+                // The commonest re-arm: the last request's completion was taken
+                // (a delivery), nothing is pending and nothing rare kept. With
+                // nothing in flight nobody else writes the word (see
+                // `swap_in`): a plain store, and no remove to push.
+                req.word.store(now + ONE, Ordering::Release);
+                let entry = opcode::PollAdd::new(types::Fd(fd), events)
+                    .build()
+                    .user_data(user_data);
+                if let Err(e) = self.push(g, &entry) {
+                    swap_back(req, w);
+                    return Err(e);
+                }
+                guard.unlock() & LEADER != 0
+            } else if w & ODD != 0 {
+                let queued = self.arm_odd(g, req, fd, tag, user_data, interest, rearm);
                 let before = guard.unlock();
                 queued? && before & LEADER != 0
             } else {
-                // The common case: a poll request, where none or one is pending.
-                // The slot's word names it and counts it in flight before it is
-                // pushed (another thread's enter may submit it at once, and the
-                // leader take its completion); a failed push undoes that.
-                let reads = if events & libc::POLLIN as u32 != 0 {
-                    READS
-                } else {
-                    0
-                };
-                let now = u64::from(tag.generation) << 32 | PENDING | reads;
+                // A poll request, where one of an earlier arming is pending or
+                // in flight.
                 let before = swap_in(req, w, now);
-                req.fd.store(fd, Ordering::Relaxed);
-                req.events.store(events, Ordering::Relaxed);
                 if let Err(e) = self.push_arm(g, tag.slot, before, fd, events, user_data) {
                     swap_back(req, before);
                     return Err(e);
@@ -132,10 +143,11 @@ impl Ring {
         fd: RawFd,
         tag: Tag,
         user_data: u64,
-        events: u32,
+        interest: Interest,
         rearm: bool,
     ) -> Result<bool, KernelError> {
         let slot = tag.slot;
+        let events = poll_events(interest);
         let mut old = g.odd(slot);
         if rearm && old.lost {
             return Err(KernelError::NotFound);
@@ -161,19 +173,12 @@ impl Ring {
             old
         };
         // The new arming is the slot's latest, not pending yet.
-        let reads = if events & libc::POLLIN as u32 != 0 {
-            READS
-        } else {
-            0
-        };
-        let latest = u64::from(tag.generation) << 32 | reads;
+        let latest = u64::from(tag.generation) << 32 | interest_flags(interest);
         let _ = req
             .word
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 Some(with_count(latest | (w & ODD), w))
             });
-        req.fd.store(fd, Ordering::Relaxed);
-        req.events.store(events, Ordering::Relaxed);
         let pending = Odd {
             via_epoll: now.via_epoll,
             ..now.idle()
