@@ -6,12 +6,13 @@
 
 use super::ring::{fd_ref, waker_poll, Odd, Ring, Shared, EPOLL_SLOT, REMOVE, WAKER};
 use super::slots::{self, Req, GENERATION, ODD, ONE, PENDING, READS};
+use super::submit::poll_add;
 use crate::backend::{EventSink, RawEvent};
 use crate::event::Readiness;
 use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::unpack64;
-use io_uring::{cqueue, opcode, squeue, types};
+use io_uring::{cqueue, squeue};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::RawFd;
 use std::io;
@@ -313,11 +314,7 @@ impl Ring {
             // The submitting thread exited: the arming still holds. Counted in
             // flight again (the caller pushes it).
             req.word.fetch_add(ONE, Ordering::AcqRel);
-            return Some(
-                opcode::PollAdd::new(types::Fd(slots::fd_of(slot)), slots::events_of(w))
-                    .build()
-                    .user_data(user_data),
-            );
+            return Some(poll_add(slots::fd_of(slot), slots::events_of(w), user_data));
         }
         if !current {
             // Fired before its remove was processed, or for a freed slot: stale.

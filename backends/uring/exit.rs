@@ -4,8 +4,8 @@
 
 use super::ring::{Odd, Ring, EPOLL_SLOT};
 use super::slots::{events_of, fd_of, generation, ONE, PENDING};
+use super::submit::poll_add;
 use crate::token::pack64;
-use io_uring::{opcode, types};
 use rustix::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
@@ -102,9 +102,7 @@ impl Ring {
                 let user_data = pack64(slot, generation);
                 let remove = self.remove_entry(user_data);
                 let w = req.word.load(Ordering::Acquire);
-                let poll = opcode::PollAdd::new(types::Fd(fd_of(slot)), events_of(w))
-                    .build()
-                    .user_data(user_data);
+                let poll = poll_add(fd_of(slot), events_of(w), user_data);
                 req.word.fetch_add(ONE, Ordering::AcqRel);
                 if self.push(&mut g, &remove).is_err() || self.push(&mut g, &poll).is_err() {
                     req.word.fetch_sub(ONE, Ordering::AcqRel);

@@ -3,12 +3,13 @@
 
 use super::ring::{fd_ref, Odd, Ring, Shared, EPOLL_SLOT};
 use super::slots::{self, fd_of, generation};
+use super::submit::poll_add;
 use crate::backend::RawEvent;
 use crate::event::Readiness;
 use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::{pack64, unpack64};
-use io_uring::{opcode, squeue, types};
+use io_uring::squeue;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::fd::{AsRawFd, OwnedFd, RawFd};
 use rustix::io::Errno;
@@ -155,11 +156,11 @@ impl Ring {
         let ep = self.epoll.get()?;
         g.epoll_seq = g.epoll_seq.wrapping_add(1).max(2);
         g.epoll_poll = g.epoll_seq;
-        Some(
-            opcode::PollAdd::new(types::Fd(ep.as_raw_fd()), libc::POLLIN as u32)
-                .build()
-                .user_data(pack64(EPOLL_SLOT, g.epoll_poll)),
-        )
+        Some(poll_add(
+            ep.as_raw_fd(),
+            libc::POLLIN as u32,
+            pack64(EPOLL_SLOT, g.epoll_poll),
+        ))
     }
 
     /// The private epoll instance reported readable: takes at most `room` of its

@@ -13,7 +13,7 @@ use crate::state::KernelError;
 use crate::stats::Count;
 use crate::token::pack64;
 use crate::uring_handover::LEADER;
-use io_uring::{opcode, types};
+use io_uring::{opcode, squeue, types};
 use rustix::fd::RawFd;
 use rustix::io::Errno;
 use std::sync::atomic::Ordering;
@@ -32,6 +32,14 @@ pub(super) fn poll_events(interest: Interest) -> u32 {
         e |= libc::POLLPRI as u32;
     }
     e
+}
+
+/// A oneshot poll request on `fd` for `events`, tagged `user_data`.
+#[inline(always)]
+pub(super) fn poll_add(fd: RawFd, events: u32, user_data: u64) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(fd), events)
+        .build()
+        .user_data(user_data)
 }
 
 impl Ring {
@@ -75,13 +83,12 @@ impl Ring {
             if w & BUSY == 0 {
                 // The commonest re-arm: the last request's completion was taken
                 // (a delivery), nothing is pending and nothing rare kept. With
-                // nothing in flight nobody else writes the word (see
-                // `swap_in`): a plain store, and no remove to push.
+                // nothing of the slot in flight nobody else writes the word:
+                // the leader writes it only as it takes a completion of the
+                // slot's, and every other writer holds the mutex. So a plain
+                // store, and no remove to push.
                 req.word.store(now + ONE, Ordering::Release);
-                let entry = opcode::PollAdd::new(types::Fd(fd), events)
-                    .build()
-                    .user_data(user_data);
-                if let Err(e) = self.push(g, &entry) {
+                if let Err(e) = self.push(g, &poll_add(fd, events, user_data)) {
                     swap_back(req, w);
                     return Err(e);
                 }
@@ -123,10 +130,7 @@ impl Ring {
             let remove = self.remove_entry(pack64(slot, generation(before)));
             self.push(g, &remove)?;
         }
-        let entry = opcode::PollAdd::new(types::Fd(fd), events)
-            .build()
-            .user_data(user_data);
-        self.push(g, &entry)
+        self.push(g, &poll_add(fd, events, user_data))
     }
 
     /// [`arm`](Self::arm) for a slot with state of the rare paths ([`Odd`]): a
@@ -201,11 +205,8 @@ impl Ring {
             }
         };
         if !watched {
-            let entry = opcode::PollAdd::new(types::Fd(fd), events)
-                .build()
-                .user_data(user_data);
             req.word.fetch_add(PENDING + ONE, Ordering::AcqRel);
-            if let Err(e) = self.push(g, &entry) {
+            if let Err(e) = self.push(g, &poll_add(fd, events, user_data)) {
                 req.word.fetch_sub(PENDING + ONE, Ordering::AcqRel);
                 return Err(e);
             }
@@ -284,19 +285,11 @@ impl Ring {
 }
 
 /// Makes `now` (a generation and flags) the slot's word, with one more request
-/// counted in flight; `w` is the word as the caller read it, under the mutex.
-/// Returns the word before.
-///
-/// With nothing of the slot in flight (the common re-arm after a delivery),
-/// nobody else writes the word: the leader writes it only as it takes a
-/// completion of the slot's, and every other writer holds the mutex. So a
-/// plain store does.
+/// counted in flight, where requests of the slot are in flight (the leader may
+/// take their completions meanwhile: a compare-and-swap); `w` is the word as
+/// the caller read it, under the mutex. Returns the word before.
 #[inline(always)]
 fn swap_in(req: &Req, mut w: u64, now: u64) -> u64 {
-    if inflight(w) == 0 {
-        req.word.store(now + ONE, Ordering::Release);
-        return w;
-    }
     loop {
         match req.word.compare_exchange_weak(
             w,
