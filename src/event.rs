@@ -45,7 +45,9 @@ use std::fmt;
 /// descriptor from its set; close removes an event port's association; the poll(2)
 /// backend drops one that poll(2) answers `POLLNVAL` for): its registration stays armed in the table, and the next
 /// [`arm`](crate::Poller::arm) with another interest fails with EBADF (or, if the
-/// number was reused, watches the new descriptor). Deregister before closing.
+/// number was reused, watches the new descriptor). Deregister before closing. On
+/// io_uring a submitted poll request holds the open file, so a close does not end
+/// it: its completion is delivered once (docs/guarantees.md).
 ///
 /// On Windows (AFD poll events, `backends/windows/afd.rs`): readable is
 /// `RECEIVE`, `ACCEPT`, `DISCONNECT`, `ABORT`, `CONNECT_FAIL`, `LOCAL_CLOSE`;

@@ -333,6 +333,16 @@ mod uring_only {
         p.arm(t, Interest::READABLE).unwrap(); // checked open, queued
         drop(x);
         assert_no_events(&p, 3, Duration::from_millis(1));
+        // The table still says armed, as on epoll: the same interest issues
+        // nothing and answers Ok; another interest reaches the backend.
+        #[cfg(feature = "stats")]
+        let before = p.stats();
+        p.arm(t, Interest::READABLE).unwrap();
+        #[cfg(feature = "stats")]
+        {
+            let d = p.stats().since(&before);
+            assert_eq!((d.modifies, d.adds, d.quiets), (0, 0, 0), "issued: {d:?}");
+        }
         let e = p.arm(t, Interest::WRITABLE).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
         // Still armed in the table (the arm failed): a disarm reaches the backend,
@@ -346,6 +356,44 @@ mod uring_only {
         c.write_all(b"x").unwrap();
         let ev = expect_one(&p, t);
         assert!(ev.is_readable() && !ev.is_error(), "{ev:?}");
+        p.deregister(t).unwrap();
+    }
+
+    /// A socket closed after its arm was submitted is not closed for good: the
+    /// pending poll request holds the open file (`io_poll_add` takes it through
+    /// `io_assign_file` as the request is issued), so the peer's write completes
+    /// the request and the event is delivered, once, with the registration's
+    /// token, where epoll drops the descriptor at its close
+    /// (docs/guarantees.md, "A descriptor closed while armed is never
+    /// reported"). The completion lets the file go: the peer then sees the close.
+    /// The next arm's request finds the number closed: -EBADF, not reported.
+    #[test]
+    fn closed_after_submission_is_reported_once() {
+        let p = poller::<Uring>();
+        let (mut a, b) = socketpair();
+        let t = p.register(&b).unwrap();
+        // Queued, then submitted by a wait that finds nothing: the request
+        // holds the file now.
+        p.arm(t, Interest::READABLE).unwrap();
+        assert_no_events(&p, 1, Duration::ZERO);
+        drop(b);
+        let mut buf = [0u8; 8];
+        let e = a.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "not released: {e}");
+        a.write_all(b"x").unwrap();
+        let ev = expect_one(&p, t);
+        assert!(ev.is_readable(), "{ev:?}");
+        // Released once completed: the peer sees the close (a reset, as the
+        // socket went with the byte unread; `unix_release_sock`).
+        let r = a.read(&mut buf).map_err(|e| e.kind());
+        assert!(
+            matches!(r, Ok(0) | Err(io::ErrorKind::ConnectionReset)),
+            "the peer sees no close: {r:?}"
+        );
+        assert_no_events(&p, 3, Duration::from_millis(1));
+        // Re-armed: its request answers -EBADF at the next wait, not reported.
+        p.arm(t, Interest::READABLE).unwrap();
+        assert_no_events(&p, 3, Duration::from_millis(1));
         p.deregister(t).unwrap();
     }
 

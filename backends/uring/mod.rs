@@ -119,13 +119,17 @@ use std::time::Duration;
 /// which issues every queued request (`io_issue_sqe` in io_uring/io_uring.c looks
 /// the number up through `io_assign_file`). A number closed in
 /// between completes with `-EBADF`, which is not reported (as epoll drops a closed
-/// descriptor): the next re-arm answers `NotFound`, so the state machine's add
-/// checks the number and fails with EBADF, and a disarm or delete answers EBADF; a
+/// descriptor): the next re-arm that reaches the backend (one with another
+/// interest: the same interest issues nothing, as on epoll) answers `NotFound`,
+/// so the state machine's add checks the number and fails with EBADF, and a
+/// disarm or delete answers EBADF; a
 /// number closed and reused in between watches the new descriptor. The first arm checks the number is open (one `fcntl(F_GETFD)`,
 /// so a closed descriptor is refused with EBADF as on epoll); later arms cost
 /// nothing. Another: a pending request holds a reference to the open file, so a
 /// socket closed while armed without a deregister is not released (its peer sees no
-/// EOF) until the request completes or is removed: deregister before closing.
+/// EOF) until the request completes or is removed, and a readiness that completes
+/// it is delivered, once, with the registration's token (epoll would have dropped
+/// the descriptor at the close): deregister before closing.
 ///
 /// # Completions the backend handles itself
 ///
