@@ -369,8 +369,13 @@ mod uring_only {
     /// The next arm's request finds the number closed: -EBADF, not reported.
     #[test]
     fn closed_after_submission_is_reported_once() {
+        // This test's own range (see `high_dup`): a number no other test's
+        // socket takes once it is free, so the re-arm below finds it closed.
+        const MIN_FD: i32 = 3600;
         let p = poller::<Uring>();
-        let (mut a, b) = socketpair();
+        let (mut a, low) = socketpair();
+        let b = crate::common::high_dup(&low, MIN_FD);
+        drop(low); // `b` is the socket's only number
         let t = p.register(&b).unwrap();
         // Queued, then submitted by a wait that finds nothing: the request
         // holds the file now.
