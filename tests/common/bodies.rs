@@ -1073,6 +1073,58 @@ pub fn synthetic_events_do_not_starve_kernel_events<B: Backend>() {
     );
 }
 
+/// Fairness beside always-ready registrations (docs/guarantees.md, "Fair under
+/// load"): `k` sockets with data waiting and `f` regular files, all armed
+/// readable and re-armed after each delivery without draining, so all `N = k +
+/// f` stay ready; with room for `c`, each is first delivered within `2 *
+/// ceil(N / c)` delivers and delivered again at least that often. (On epoll the
+/// files' synthetic events and the kernel's take turns at filling the buffer
+/// first: the bound is twice the kernel's own; a turn order that let one side
+/// go first on every call would starve the other and fail here.)
+pub fn fair_beside_always_ready_files_within_twice_ceil<B: Backend>() {
+    for (k, f, c) in [(10usize, 1usize, 1usize), (3, 5, 2), (8, 8, 4), (1, 6, 1)] {
+        let p = poller::<B>();
+        let n = k + f;
+        let bound = 2 * n.div_ceil(c);
+        let files: Vec<File> = (0..f).map(|_| regular_file()).collect();
+        let pairs: Vec<_> = (0..k).map(|_| socketpair()).collect();
+        let mut tokens = Vec::new();
+        for file in &files {
+            tokens.push(p.register(file).unwrap());
+        }
+        for (a, b) in &pairs {
+            (&*a).write_all(b"x").unwrap();
+            tokens.push(p.register(b).unwrap());
+        }
+        for &t in &tokens {
+            p.arm(t, Interest::READABLE).unwrap();
+        }
+        let mut last = vec![0usize; n];
+        let mut events = Events::with_capacity(c);
+        for d in 1..=4 * bound {
+            p.deliver(&mut events, Some(LOST_AFTER)).unwrap();
+            assert!(!events.is_empty(), "k={k} f={f} c={c}: deliver #{d} empty");
+            for ev in &events {
+                let i = tokens.iter().position(|&t| t == ev.token()).unwrap();
+                assert!(
+                    d - last[i] <= bound,
+                    "k={k} f={f} c={c}: registration {i} ({}) served at #{} then #{d}, over 2 * ceil({n} / {c}) = {bound}",
+                    if i < f { "file" } else { "socket" },
+                    last[i]
+                );
+                last[i] = d;
+                p.arm(ev.token(), Interest::READABLE).unwrap();
+            }
+            for (i, &l) in last.iter().enumerate() {
+                assert!(
+                    d - l <= bound,
+                    "k={k} f={f} c={c}: registration {i} not served since #{l}, now #{d} (bound {bound})"
+                );
+            }
+        }
+    }
+}
+
 /// A token handed out by another poller is `NotFound`, not a registration of
 /// this one. (Each poller counted incarnations from 0, so the first registration
 /// of every poller had the same token, and one poller's token armed, disarmed or

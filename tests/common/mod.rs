@@ -63,6 +63,7 @@ macro_rules! suite {
             errno_reused_by_dev_null_deregister_is_not_an_error,
             synthetic_stale_entries_take_no_room,
             synthetic_events_do_not_starve_kernel_events,
+            fair_beside_always_ready_files_within_twice_ceil,
         ]);
         suite!(@tests $backend, cases, [
             case_p06_fork_child_reinit_parent_untouched,
