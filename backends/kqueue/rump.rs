@@ -85,15 +85,33 @@ pub(super) fn making() -> RwLockReadGuard<'static, ()> {
 /// maximum (NetBSD's default soft limit, 128 descriptors, is shared by every
 /// thread of this process that makes rump descriptors).
 ///
+/// The kernel gets the number of virtual CPUs that the environment variable
+/// `RUMP_NCPU` names (read by librumpuser at boot). The project's
+/// `.cargo/config.toml` sets it to 1 for every command cargo runs, and this
+/// function refuses to boot where it is unset: with two or more, a
+/// deregistration can wedge the whole rump kernel. NetBSD 7.99's
+/// `knote_detach` (`kern_event.c`) busy-waits, holding the descriptor table's
+/// `fd_lock`, for a knote that a concurrent `kqueue_scan` marked busy while it
+/// runs the filter; a rump kernel's spin-waiting thread keeps its virtual CPU,
+/// and the scanning thread, once it has given its CPU up on a contended lock,
+/// can wait for exactly that CPU forever. Every later call that opens or closes
+/// a descriptor then waits for `fd_lock` (docs/testing.md, "On NetBSD kernel
+/// code", says what this costs the tests).
+///
 /// # Errors
-/// `rump_init` failed: its errno (the host's value).
+/// - `InvalidInput` where `RUMP_NCPU` is unset (run the test binary through
+///   cargo, or set `RUMP_NCPU=1`);
+/// - `rump_init` failed: its errno (the host's value).
 pub fn boot() -> io::Result<()> {
-    static BOOTED: OnceLock<Result<(), i32>> = OnceLock::new();
+    static BOOTED: OnceLock<Result<(), Refused>> = OnceLock::new();
     let r = BOOTED.get_or_init(|| {
+        if std::env::var_os("RUMP_NCPU").is_none() {
+            return Err(Refused::NoCpuCount);
+        }
         // SAFETY: rump_init takes no argument; called once (`OnceLock`).
         let e = unsafe { rump_init() };
         if e != 0 {
-            return Err(host_errno(e));
+            return Err(Refused::Kernel(host_errno(e)));
         }
         let mut lim = [0u64; 2];
         // SAFETY: getrlimit/setrlimit(2) with a `struct rlimit` (two 64-bit
@@ -106,7 +124,25 @@ pub fn boot() -> io::Result<()> {
         }
         Ok(())
     });
-    r.map_err(io::Error::from_raw_os_error)
+    match *r {
+        Ok(()) => Ok(()),
+        Err(Refused::NoCpuCount) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the rump kernel was not booted: RUMP_NCPU is unset (set RUMP_NCPU=1, as the \
+             project's .cargo/config.toml does for cargo's commands: with more than one \
+             virtual CPU a deregistration can wedge the whole rump kernel)",
+        )),
+        Err(Refused::Kernel(errno)) => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Why [`boot`] did not boot the kernel (kept for its later calls).
+#[derive(Clone, Copy, Debug)]
+enum Refused {
+    /// `RUMP_NCPU` is unset.
+    NoCpuCount,
+    /// `rump_init` failed: the host's errno.
+    Kernel(i32),
 }
 
 /// The host's errno for NetBSD's `e` (`sys/sys/errno.h`). 1 to 34 are the same
