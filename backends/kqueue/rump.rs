@@ -103,15 +103,20 @@ pub(super) fn making() -> RwLockReadGuard<'static, ()> {
 ///   cargo, or set `RUMP_NCPU=1`);
 /// - `rump_init` failed: its errno (the host's value).
 pub fn boot() -> io::Result<()> {
-    static BOOTED: OnceLock<Result<(), Refused>> = OnceLock::new();
+    static BOOTED: OnceLock<Result<(), i32>> = OnceLock::new();
+    if BOOTED.get().is_none() && std::env::var_os("RUMP_NCPU").is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the rump kernel was not booted: RUMP_NCPU is unset (set RUMP_NCPU=1, as the \
+             project's .cargo/config.toml does for cargo's commands: with more than one \
+             virtual CPU a deregistration can wedge the whole rump kernel)",
+        ));
+    }
     let r = BOOTED.get_or_init(|| {
-        if std::env::var_os("RUMP_NCPU").is_none() {
-            return Err(Refused::NoCpuCount);
-        }
         // SAFETY: rump_init takes no argument; called once (`OnceLock`).
         let e = unsafe { rump_init() };
         if e != 0 {
-            return Err(Refused::Kernel(host_errno(e)));
+            return Err(host_errno(e));
         }
         let mut lim = [0u64; 2];
         // SAFETY: getrlimit/setrlimit(2) with a `struct rlimit` (two 64-bit
@@ -124,25 +129,7 @@ pub fn boot() -> io::Result<()> {
         }
         Ok(())
     });
-    match *r {
-        Ok(()) => Ok(()),
-        Err(Refused::NoCpuCount) => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the rump kernel was not booted: RUMP_NCPU is unset (set RUMP_NCPU=1, as the \
-             project's .cargo/config.toml does for cargo's commands: with more than one \
-             virtual CPU a deregistration can wedge the whole rump kernel)",
-        )),
-        Err(Refused::Kernel(errno)) => Err(io::Error::from_raw_os_error(errno)),
-    }
-}
-
-/// Why [`boot`] did not boot the kernel (kept for its later calls).
-#[derive(Clone, Copy, Debug)]
-enum Refused {
-    /// `RUMP_NCPU` is unset.
-    NoCpuCount,
-    /// `rump_init` failed: the host's errno.
-    Kernel(i32),
+    r.map_err(io::Error::from_raw_os_error)
 }
 
 /// The host's errno for NetBSD's `e` (`sys/sys/errno.h`). 1 to 34 are the same
